@@ -1,0 +1,22 @@
+"""agentgym.envs: text environments (Sokoban, FrozenLake, ...) and their base class."""
+
+if __name__ != "agentgym.envs":
+    raise ImportError(
+        f"The top-level folder 'envs/' is part of agentgym and must be imported as "
+        f"'agentgym.envs', not as {__name__!r}. Install the project "
+        f"(pip install -e .) and write 'import agentgym.envs'."
+    )
+
+from agentgym.registry import discover_plugins, register
+
+register(
+    "sokoban",
+    "agentgym.envs.sokoban:SokobanEnv",
+    id="agentgym/Sokoban-v0",
+)
+register(
+    "frozen_lake",
+    "agentgym.envs.frozen_lake:FrozenLakeEnv",
+    id="agentgym/FrozenLake-v0",
+)
+discover_plugins()
