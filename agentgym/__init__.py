@@ -9,6 +9,7 @@ Quick use::
     observation, reward, terminated, truncated, info = env.step("<answer>Up</answer>")
 """
 
+import agentgym.envs  # noqa: F401  (registers the built-in envs)
 from agentgym.registry import (
     EnvSpec,
     PluginError,
@@ -18,8 +19,6 @@ from agentgym.registry import (
     register,
     spec,
 )
-
-import agentgym.envs  # noqa: E402, F401  (registers the built-in envs)
 
 __version__ = "0.1.0"
 

@@ -72,7 +72,7 @@ def register(
     name: str,
     entry_point: str | Callable[..., gymnasium.Env[Any, Any]],
     *,
-    id: str | None = None,  # noqa: A002 - the Gymnasium term
+    id: str | None = None,
     kwargs: dict[str, Any] | None = None,
     plugin: str | None = None,
 ) -> EnvSpec:

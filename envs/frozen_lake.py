@@ -47,7 +47,7 @@ class FrozenLakeEnv(TextEnv):
     """
 
     action_names: ClassVar[tuple[str, ...]] = ACTIONS
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
 
     def __init__(
         self,
@@ -102,7 +102,8 @@ class FrozenLakeEnv(TextEnv):
         return row, col
 
     def _tile(self, row: int, col: int) -> str:
-        return self._lake.desc[row][col].decode()
+        # Gymnasium stores the map as a numpy array of single bytes.
+        return bytes(self._lake.desc[row, col]).decode()
 
     def kinds(self) -> list[list[str]]:
         """The kind of every cell, row by row (keys of :data:`SYMBOLS`)."""
@@ -170,7 +171,6 @@ class FrozenLakeEnv(TextEnv):
                     parent[nxt] = (cell, name)
                     queue.append(nxt)
         return None
-
 
 
 @functools.cache

@@ -52,7 +52,7 @@ class TextEnv(gymnasium.Env[str, str], ABC):
     action_names: ClassVar[tuple[str, ...]] = ()
     """The action vocabulary, in canonical spelling; matched case-insensitively."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(
         self,
@@ -165,7 +165,7 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         info.update(action_is_valid=parsed.is_valid, actions=played, success=self._success())
         return self._observation(), float(reward), terminated, truncated, info
 
-    def render(self) -> Any:  # type: ignore[override]
+    def render(self) -> Any:
         """Render the current state: text for ``"ansi"``, an RGB array for ``"rgb_array"``."""
         if self.render_mode == "rgb_array":
             return self._render_rgb()

@@ -43,7 +43,7 @@ class SokobanEnv(TextEnv):
     """
 
     action_names: ClassVar[tuple[str, ...]] = ACTIONS
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
 
     def __init__(
         self,

@@ -155,4 +155,3 @@ def _path(parent: dict[int, tuple[int, str]], key: int) -> list[str]:
         path.append(name)
     path.reverse()
     return path
-

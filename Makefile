@@ -1,0 +1,42 @@
+# The two commands of the README:
+#   make run    sets up .venv and runs the main job
+#   make test   sets up .venv and runs lint, format check, type check and tests
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build on these machines; on a GPU machine pip picks the CUDA build.
+TORCH ?= torch==2.13.0
+
+.PHONY: setup run test lint typecheck unit bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+setup: $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, so that nothing below pulls a different build of it
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+
+run: setup
+	$(BIN)/python -m agentgym.eval env=sokoban agent=solver
+
+test: setup lint typecheck unit
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck:
+	$(BIN)/mypy
+
+unit:
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python -m pip install --quiet --no-deps gym-sokoban
+	$(BIN)/python -m pytest benchmarks/ --benchmark-only -p no:cacheprovider
+	$(BIN)/python benchmarks/compare_sokoban_generation.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
