@@ -69,6 +69,7 @@ class FrozenLakeEnv(TextEnv):
         self.is_slippery = is_slippery
         self.success_rate = success_rate
         self.lake: gym_frozen_lake.FrozenLakeEnv | None = None
+        self._map: list[str] = []
 
     @property
     def _rules(self) -> str:
@@ -86,9 +87,9 @@ class FrozenLakeEnv(TextEnv):
 
     def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
         map_seed, lake_seed = self.np_random.integers(0, 2**31 - 1, size=2).tolist()
-        desc = gym_frozen_lake.generate_random_map(size=self.size, p=self.p, seed=map_seed)
+        self._map = gym_frozen_lake.generate_random_map(size=self.size, p=self.p, seed=map_seed)
         self.lake = gym_frozen_lake.FrozenLakeEnv(
-            desc=desc, is_slippery=self.is_slippery, success_rate=self.success_rate
+            desc=self._map, is_slippery=self.is_slippery, success_rate=self.success_rate
         )
         self.lake.reset(seed=lake_seed)
         return {}
@@ -102,8 +103,7 @@ class FrozenLakeEnv(TextEnv):
         return row, col
 
     def _tile(self, row: int, col: int) -> str:
-        # Gymnasium stores the map as a numpy array of single bytes.
-        return bytes(self._lake.desc[row, col]).decode()
+        return self._map[row][col]
 
     def kinds(self) -> list[list[str]]:
         """The kind of every cell, row by row (keys of :data:`SYMBOLS`)."""
