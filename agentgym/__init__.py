@@ -18,6 +18,7 @@ from agentgym.registry import (
     make,
     register,
     spec,
+    unregister,
 )
 
 __version__ = "0.1.0"
@@ -31,4 +32,5 @@ __all__ = [
     "make",
     "register",
     "spec",
+    "unregister",
 ]

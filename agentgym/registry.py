@@ -115,6 +115,19 @@ def register(
     return spec
 
 
+def unregister(name: str) -> None:
+    """Remove an env registered under ``name`` (from Gymnasium's registry too).
+
+    Raises:
+        UnknownEnvError: If ``name`` is not registered.
+    """
+    if name not in _SPECS:
+        raise UnknownEnvError(f"Cannot unregister {name!r}: not registered")
+    removed = _SPECS.pop(name)
+    del _BY_ID[removed.id]
+    gymnasium.registry.pop(removed.id, None)
+
+
 class _PluginEntryPoint:
     """Loads a plugin's env class on first use, and names the plugin if that fails."""
 
@@ -148,6 +161,7 @@ def discover_plugins() -> None:
     made. A plugin whose name clashes with a registered env is remembered and
     reported when that name is used.
     """
+    _PLUGIN_CONFLICTS.clear()
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         loader = _PluginEntryPoint(entry_point)
         known = _SPECS.get(entry_point.name)

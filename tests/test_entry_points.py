@@ -1,0 +1,80 @@
+"""End-to-end runs of the real entry points: eval (Hydra) and play."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=cwd, input=stdin, capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "agent", "success"), [("sokoban", "solver", 1.0), ("frozen_lake", "solver", 1.0)]
+)
+def test_eval_solver_succeeds_everywhere(tmp_path: Path, env: str, agent: str, success: float):
+    result = run(
+        "agentgym.eval", f"env={env}", f"agent={agent}", "episodes=8", f"hydra.run.dir={tmp_path}",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "eval.json").read_text())
+    assert report["summary"]["success_rate"] == success
+    assert len(report["episodes"]) == 8
+    renders = sorted((tmp_path / "renders").iterdir())
+    assert len(renders) == 4 and "reward" in renders[0].read_text()
+
+
+def test_eval_random_agent_with_env_overrides(tmp_path: Path) -> None:
+    result = run(
+        "agentgym.eval", "env=sokoban", "agent=random", "episodes=5", "+env.kwargs.max_steps=7",
+        "+env.kwargs.dim_room=[7,7]", "render_save_dir=null", f"hydra.run.dir={tmp_path}",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "eval.json").read_text())
+    assert all(e["steps"] <= 7 for e in report["episodes"])
+    assert not (tmp_path / "renders").exists()
+
+
+def test_eval_unknown_env_and_agent_fail_clearly(tmp_path: Path) -> None:
+    result = run(
+        "agentgym.eval", "env=sokoban", "env.name=sokobn", f"hydra.run.dir={tmp_path}", cwd=tmp_path
+    )
+    assert result.returncode != 0 and "Did you mean 'sokoban'" in result.stderr
+    result = run("agentgym.eval", "agent=oracle", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert result.returncode != 0 and "valid options: ['random', 'solver']" in result.stderr
+
+
+def test_play_solves_a_room_from_typed_actions(tmp_path: Path) -> None:
+    import agentgym
+
+    env = agentgym.make("sokoban")
+    env.reset(seed=3)
+    plan = env.unwrapped.solve()  # type: ignore[attr-defined]
+    typed = "\n".join(["jump", ":hint", *(a.lower() for a in plan), ":q"]) + "\n"
+    result = run("agentgym.play", "sokoban", "--seed", "3", cwd=tmp_path, stdin=typed)
+    assert result.returncode == 0, result.stderr
+    assert "Push every box onto a target" in result.stdout
+    assert "invalid: unknown action 'jump'" in result.stdout
+    assert f"plan: {plan}" in result.stdout
+    assert "episode over: solved" in result.stdout
+    assert "[seed 4]" in result.stdout
+
+
+def test_play_reports_bad_arguments(tmp_path: Path) -> None:
+    result = run("agentgym.play", "frozen_lak", cwd=tmp_path)
+    assert result.returncode == 2 and "Did you mean 'frozen_lake'" in result.stderr
+    result = run("agentgym.play", "frozen_lake", "--set", "size", cwd=tmp_path)
+    assert result.returncode == 2 and "key=value" in result.stderr
+    result = run("agentgym.play", "frozen_lake", "--set", "size=6", cwd=tmp_path, stdin=":q\n")
+    assert result.returncode == 0
+    grid = result.stdout.split("[seed 0]\n")[1].split("\naction>")[0].split("\n")
+    assert len(grid) == 6 and all(len(row) == 6 for row in grid) and grid[0][0] == "P"
