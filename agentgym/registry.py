@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium
+from gymnasium.envs.registration import load_env_creator
 
 NAMESPACE = "agentgym"
 ENTRY_POINT_GROUP = "agentgym.envs"
@@ -229,8 +231,45 @@ def make(name_or_id: str, **kwargs: Any) -> gymnasium.Env[str, str]:
     found = spec(name_or_id)
     if isinstance(found.entry_point, _PluginEntryPoint):
         found.entry_point.load()  # fail here, naming the plugin, before gymnasium wraps it
-    env: gymnasium.Env[str, str] = gymnasium.make(found.id, **kwargs)
+    try:
+        env: gymnasium.Env[str, str] = gymnasium.make(found.id, **kwargs)
+    except TypeError as exc:
+        unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        if unexpected is None:
+            raise
+        bad, valid = unexpected.group(1), constructor_arguments(found)
+        close = difflib.get_close_matches(bad, valid, n=2)
+        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise TypeError(
+            f"Env {found.name!r} got an unexpected argument {bad!r}.{hint} Valid arguments: {valid}"
+        ) from exc
     return env
+
+
+def constructor_arguments(env_spec: EnvSpec) -> list[str]:
+    """Keyword arguments the env's constructor accepts, base classes included (sorted)."""
+    entry_point = env_spec.entry_point
+    if isinstance(entry_point, _PluginEntryPoint):
+        creator: Any = entry_point.load()
+    elif isinstance(entry_point, str):
+        creator = load_env_creator(entry_point)
+    else:
+        creator = entry_point
+    targets = (
+        [vars(c).get("__init__") for c in creator.__mro__]
+        if isinstance(creator, type)
+        else [creator]
+    )
+    names: set[str] = set()
+    for target in targets:
+        if target is None or target is object.__init__ or target is gymnasium.Env.__init__:
+            continue
+        parameters = inspect.signature(target).parameters.values()
+        names.update(
+            p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        )
+    names.discard("self")
+    return sorted(names)
 
 
 def list_envs() -> list[str]:

@@ -94,9 +94,9 @@ class FrozenLakeEnv(TextEnv):
         self.lake.reset(seed=lake_seed)
         return {}
 
-    def _apply(self, action: str) -> tuple[float, bool, dict[str, Any]]:
+    def _apply(self, action: str) -> tuple[float, bool]:
         _, reward, terminated, _, _ = self._lake.step(ACTIONS.index(action))
-        return float(reward), bool(terminated), {}
+        return float(reward), bool(terminated)
 
     def _position(self) -> tuple[int, int]:
         row, col = divmod(int(self._lake.s), self.size)

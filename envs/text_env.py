@@ -5,13 +5,15 @@ into :meth:`TextEnv.step`; the env parses it into actions of its own
 vocabulary. Text that does not parse is a penalized no-op, never an exception.
 Envs know nothing about tokens or models.
 
-Subclasses implement four hooks: :meth:`_reset`, :meth:`_apply`,
-:meth:`_observation` and :meth:`_success`, and may override
-:meth:`_invalid_turn`, :meth:`_render_rgb` and :attr:`_rules`.
+Subclasses set :attr:`TextEnv.action_names` and implement four hooks:
+:meth:`_reset`, :meth:`_apply`, :meth:`_observation` and :meth:`_success`;
+they may override :meth:`_info`, :meth:`_invalid_turn`, :meth:`_render_rgb`
+and :attr:`_rules`.
 """
 
 from __future__ import annotations
 
+import inspect
 import string
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -63,6 +65,8 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         max_steps: int = 100,
         render_mode: str | None = None,
     ) -> None:
+        if not self.action_names:
+            raise TypeError(f"{type(self).__name__} must define the class attribute action_names")
         if response_format not in RESPONSE_FORMATS:
             raise ValueError(
                 f"response_format={response_format!r} is not supported; "
@@ -116,7 +120,7 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         self.num_steps = 0
         self._done = False
         info = self._reset(options or {})
-        info.update(action_is_valid=True, actions=[], success=False)
+        info.update(self._info(), action_is_valid=True, actions=[], success=self._success())
         return self._observation(), info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -133,7 +137,8 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         Returns:
             ``(observation, reward, terminated, truncated, info)``; ``info`` has
             ``action_is_valid``, ``success``, ``actions`` (the parsed action
-            names that were played) and ``parse_error`` (None when valid).
+            names that were played), ``parse_error`` (None when valid) and
+            the env's :meth:`_info`.
         """
         if self._done:
             raise RuntimeError("step() called on a finished episode; call reset() first")
@@ -150,9 +155,8 @@ class TextEnv(gymnasium.Env[str, str], ABC):
             reward = 0.0
             for name in parsed.actions:
                 self.num_steps += 1
-                step_reward, terminated, step_info = self._apply(name)
+                step_reward, terminated = self._apply(name)
                 reward += step_reward
-                info.update(step_info)
                 played.append(name)
                 truncated = not terminated and self.num_steps >= self.max_steps
                 if terminated or truncated:
@@ -162,7 +166,9 @@ class TextEnv(gymnasium.Env[str, str], ABC):
             reward = self._invalid_turn() + self.format_penalty
             truncated = self.num_steps >= self.max_steps
         self._done = terminated or truncated
-        info.update(action_is_valid=parsed.is_valid, actions=played, success=self._success())
+        info.update(
+            self._info(), action_is_valid=parsed.is_valid, actions=played, success=self._success()
+        )
         return self._observation(), float(reward), terminated, truncated, info
 
     def render(self) -> Any:
@@ -175,16 +181,20 @@ class TextEnv(gymnasium.Env[str, str], ABC):
 
     @property
     def _rules(self) -> str:
-        """The env's rules and symbols, without the answer format."""
-        return type(self).__doc__ or type(self).__name__
+        """The env's rules and symbols, without the answer format.
+
+        Defaults to the first paragraph of the class docstring.
+        """
+        doc = inspect.cleandoc(type(self).__doc__ or type(self).__name__)
+        return doc.split("\n\n", 1)[0]
 
     @abstractmethod
     def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Set up a new episode from ``self.np_random`` and return extra info."""
+        """Set up a new episode from ``self.np_random``; return episode info for ``reset``."""
 
     @abstractmethod
-    def _apply(self, action: str) -> tuple[float, bool, dict[str, Any]]:
-        """Play one canonical action; return ``(reward, terminated, info)``."""
+    def _apply(self, action: str) -> tuple[float, bool]:
+        """Play one canonical action; return ``(reward, terminated)``."""
 
     @abstractmethod
     def _observation(self) -> str:
@@ -193,6 +203,10 @@ class TextEnv(gymnasium.Env[str, str], ABC):
     @abstractmethod
     def _success(self) -> bool:
         """Whether the episode's goal is reached."""
+
+    def _info(self) -> dict[str, Any]:
+        """State info added to every ``reset`` and ``step`` info (valid turn or not)."""
+        return {}
 
     def _invalid_turn(self) -> float:
         """Reward of a turn whose text did not parse, before the format penalty."""

@@ -35,7 +35,7 @@ class LineWalkEnv(TextEnv):
     def _apply(self, action):
         self.position = max(0, self.position + (1 if action == "Right" else -1))
         done = self.position >= self.length
-        return float(done), done, {}
+        return float(done), done
 
     def _observation(self):
         return "".join("P" if i == self.position else "_" for i in range(self.length + 1))
@@ -150,3 +150,11 @@ def test_register_validates_and_rejects_clashes() -> None:
     finally:
         agentgym.unregister("frozen_lake_plus")
     assert "agentgym/FrozenLakePlus-v0" not in gymnasium.registry
+
+
+def test_misspelled_constructor_argument_lists_the_valid_ones() -> None:
+    with pytest.raises(TypeError, match="Did you mean 'num_boxes'") as excinfo:
+        agentgym.make("sokoban", num_box=2)
+    message = str(excinfo.value)
+    assert "'sokoban'" in message
+    assert "dim_room" in message and "format_penalty" in message  # own and TextEnv's

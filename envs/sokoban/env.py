@@ -87,9 +87,13 @@ class SokobanEnv(TextEnv):
             num_gen_steps=self.num_gen_steps,
         )
         self.room = generated.room
-        return {"optimal_moves": generated.optimal_moves, "boxes_on_target": 0}
+        return {"optimal_moves": generated.optimal_moves}
 
-    def _apply(self, action: str) -> tuple[float, bool, dict[str, Any]]:
+    def _info(self) -> dict[str, Any]:
+        room = self._room
+        return {"boxes_on_target": (room.boxes & room.targets).bit_count()}
+
+    def _apply(self, action: str) -> tuple[float, bool]:
         room = self._room
         offset = self._offsets[action]
         step = room.player + offset
@@ -112,7 +116,7 @@ class SokobanEnv(TextEnv):
         solved = boxes == room.targets
         if solved:
             reward += SOLVED_REWARD
-        return reward, solved, {"boxes_on_target": after}
+        return reward, solved
 
     def _invalid_turn(self) -> float:
         return STEP_PENALTY

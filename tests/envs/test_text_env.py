@@ -1,0 +1,83 @@
+"""The TextEnv base class contract, on a minimal counter env."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentgym.envs.text_env import TextEnv
+
+
+class CounterEnv(TextEnv):
+    """Count up to three.
+
+    Args:
+        whatever: this paragraph must not reach the prompt.
+    """
+
+    action_names: tuple[str, ...] = ("Inc", "Dec")
+
+    def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
+        self.value = 0
+        return {"start": 0}
+
+    def _apply(self, action: str) -> tuple[float, bool]:
+        self.value += 1 if action == "Inc" else -1
+        return float(action == "Inc"), self.value >= 3
+
+    def _info(self) -> dict[str, Any]:
+        return {"value": self.value}
+
+    def _observation(self) -> str:
+        return str(self.value)
+
+    def _success(self) -> bool:
+        return self.value >= 3
+
+
+def test_info_keys_are_the_same_after_valid_and_invalid_turns() -> None:
+    env = CounterEnv()
+    _, info = env.reset(seed=0)
+    assert info == {
+        "start": 0,
+        "value": 0,
+        "action_is_valid": True,
+        "actions": [],
+        "success": False,
+    }
+    _, _, _, _, valid = env.step("<answer>inc</answer>")
+    _, reward, _, _, invalid = env.step("inc")
+    assert (
+        set(valid)
+        == set(invalid)
+        == {"parse_error", "value", "action_is_valid", "actions", "success"}
+    )
+    assert invalid["value"] == 1 and reward == pytest.approx(-0.1)
+
+
+def test_multi_action_turn_sums_rewards_and_stops_at_the_end() -> None:
+    env = CounterEnv(max_actions_per_turn=5)
+    env.reset(seed=0)
+    _, reward, terminated, _, info = env.step("<answer>Inc||Inc||Inc||Dec</answer>")
+    assert terminated and reward == 3.0 and info["actions"] == ["Inc", "Inc", "Inc"]
+
+
+def test_default_rules_are_the_docstring_summary() -> None:
+    text = CounterEnv().instructions
+    assert text.startswith("Count up to three.\nValid actions: Inc, Dec.")
+    assert "whatever" not in text
+
+
+def test_missing_action_names_and_bad_options_raise() -> None:
+    class Nameless(CounterEnv):
+        action_names = ()
+
+    with pytest.raises(TypeError, match="action_names"):
+        Nameless()
+    with pytest.raises(ValueError, match="max_actions_per_turn"):
+        CounterEnv(max_actions_per_turn=0)
+    with pytest.raises(ValueError, match="max_steps"):
+        CounterEnv(max_steps=0)
+    with pytest.raises(TypeError, match="abstract"):
+        TextEnv()  # type: ignore[abstract]
