@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -16,7 +16,7 @@ class CounterEnv(TextEnv):
         whatever: this paragraph must not reach the prompt.
     """
 
-    action_names: tuple[str, ...] = ("Inc", "Dec")
+    action_names: ClassVar[tuple[str, ...]] = ("Inc", "Dec")
 
     def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
         self.value = 0
