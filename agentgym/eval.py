@@ -9,7 +9,6 @@ Usage::
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,6 @@ from omegaconf import DictConfig, OmegaConf
 import agentgym
 from agentgym.envs.scripted import Agent, make_agent
 from agentgym.envs.text_env import TextEnv
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -99,8 +96,9 @@ def main(cfg: DictConfig) -> None:
     results = []
     for i in range(cfg.episodes):
         seed = cfg.seed + i
-        render = render_dir is not None and i < cfg.renders
-        path = render_dir / f"episode_{i:04d}_seed_{seed}.txt" if render_dir and render else None
+        path = None
+        if render_dir is not None and i < cfg.renders:
+            path = render_dir / f"episode_{i:04d}_seed_{seed}.txt"
         results.append(run_episode(env, agent, seed, path))
     summary = summarize(results)
     output_dir = Path(HydraConfig.get().runtime.output_dir)

@@ -7,7 +7,7 @@ Usage::
 
 Type an action name (``up``), several separated by ``||`` if the env allows,
 or a full response (``<answer>Up</answer>``). Commands: ``:hint`` shows the
-solver's plan, ``:reset`` starts a new episode, ``:q`` quits.
+solver's plan, ``:reset`` starts a new episode (next seed), ``:q`` quits.
 """
 
 from __future__ import annotations
@@ -54,9 +54,15 @@ def play(env: TextEnv, seed: int, stdin: TextIO, stdout: TextIO) -> None:
         print(text, file=stdout, flush=True)
 
     say(env.instructions)
-    observation, _ = env.reset(seed=seed)
     episode_return = 0.0
-    say(f"\n[seed {seed}]\n{observation}")
+
+    def new_episode() -> None:
+        nonlocal episode_return
+        observation, _ = env.reset(seed=seed)
+        episode_return = 0.0
+        say(f"\n[seed {seed}]\n{observation}")
+
+    new_episode()
     while True:
         print("action> ", end="", file=stdout, flush=True)
         line = stdin.readline()
@@ -64,17 +70,17 @@ def play(env: TextEnv, seed: int, stdin: TextIO, stdout: TextIO) -> None:
             say("")
             return
         line = line.strip()
+        if not line:
+            continue
         if line in (":q", ":quit", "quit", "exit"):
             return
         if line == ":hint":
             solve = getattr(env, "solve", None)
             say(f"plan: {solve()}" if solve else "this env has no solver")
             continue
-        if line == ":reset" or not line:
-            seed += 1 if line else 0
-            observation, _ = env.reset(seed=seed)
-            episode_return = 0.0
-            say(f"\n[seed {seed}]\n{observation}")
+        if line == ":reset":
+            seed += 1
+            new_episode()
             continue
         observation, reward, terminated, truncated, info = env.step(to_response(line, env))
         episode_return += reward
@@ -84,9 +90,7 @@ def play(env: TextEnv, seed: int, stdin: TextIO, stdout: TextIO) -> None:
             outcome = "solved" if info["success"] else ("out of steps" if truncated else "failed")
             say(f"episode over: {outcome}, return {episode_return:+.2f}. New episode:")
             seed += 1
-            observation, _ = env.reset(seed=seed)
-            episode_return = 0.0
-            say(f"\n[seed {seed}]\n{observation}")
+            new_episode()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

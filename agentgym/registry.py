@@ -238,6 +238,8 @@ def make(name_or_id: str, **kwargs: Any) -> gymnasium.Env[str, str]:
         if unexpected is None:
             raise
         bad, valid = unexpected.group(1), constructor_arguments(found)
+        if bad in valid:  # raised inside the constructor, not about make()'s arguments
+            raise
         close = difflib.get_close_matches(bad, valid, n=2)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         raise TypeError(

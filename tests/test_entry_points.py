@@ -59,7 +59,7 @@ def test_play_solves_a_room_from_typed_actions(tmp_path: Path) -> None:
     env = agentgym.make("sokoban")
     env.reset(seed=3)
     plan = env.unwrapped.solve()  # type: ignore[attr-defined]
-    typed = "\n".join(["jump", ":hint", *(a.lower() for a in plan), ":q"]) + "\n"
+    typed = "\n".join(["jump", "", ":hint", *(a.lower() for a in plan), ":q"]) + "\n"
     result = run("agentgym.play", "sokoban", "--seed", "3", cwd=tmp_path, stdin=typed)
     assert result.returncode == 0, result.stderr
     assert "Push every box onto a target" in result.stdout
