@@ -8,7 +8,14 @@ Envs know nothing about tokens or models.
 Subclasses set :attr:`TextEnv.action_names` and implement four hooks:
 :meth:`_reset`, :meth:`_apply`, :meth:`_observation` and :meth:`_success`;
 they may override :meth:`_info`, :meth:`_invalid_turn`, :meth:`_render_rgb`
-and :attr:`_rules`.
+and :attr:`_rules`. Envs whose actions are not a fixed vocabulary (WebShop's
+``search[...]``) override :meth:`_parse` instead of setting ``action_names``.
+
+Tool-use envs declare :attr:`TextEnv.tools` (OpenAI function schemas, handed
+to the chat template's ``tools=``) and return the results of the model's tool
+calls in ``info["tool_results"]`` (a list of strings, one per call, in order);
+the rollout then sends them to the model as ``tool`` messages instead of
+sending the observation as a ``user`` message.
 """
 
 from __future__ import annotations
@@ -22,7 +29,12 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from agentgym.envs.parsing import RESPONSE_FORMATS, format_instructions, parse_response
+from agentgym.envs.parsing import (
+    RESPONSE_FORMATS,
+    ParsedResponse,
+    format_instructions,
+    parse_response,
+)
 
 TEXT_CHARSET = frozenset(string.printable) | frozenset("√·█░→←↑↓")
 """Characters that may appear in observations and actions of the spaces below."""
@@ -65,8 +77,11 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         max_steps: int = 100,
         render_mode: str | None = None,
     ) -> None:
-        if not self.action_names:
-            raise TypeError(f"{type(self).__name__} must define the class attribute action_names")
+        if not self.action_names and type(self)._parse is TextEnv._parse:
+            raise TypeError(
+                f"{type(self).__name__} must define the class attribute action_names "
+                "or override _parse"
+            )
         if response_format not in RESPONSE_FORMATS:
             raise ValueError(
                 f"response_format={response_format!r} is not supported; "
@@ -92,6 +107,11 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         self._done = False
 
     # -- public API -------------------------------------------------------------
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """The env's tools as OpenAI function schemas (empty for envs without tools)."""
+        return []
 
     @property
     def instructions(self) -> str:
@@ -142,12 +162,7 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         """
         if self._done:
             raise RuntimeError("step() called on a finished episode; call reset() first")
-        parsed = parse_response(
-            action,
-            self.action_names,
-            response_format=self.response_format,
-            max_actions=self.max_actions_per_turn,
-        )
+        parsed = self._parse(action)
         info: dict[str, Any] = {"parse_error": parsed.error}
         terminated = truncated = False
         played: list[str] = []
@@ -187,6 +202,19 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         """
         doc = inspect.cleandoc(type(self).__doc__ or type(self).__name__)
         return doc.split("\n\n", 1)[0]
+
+    def _parse(self, text: str) -> ParsedResponse:
+        """Parse the model's raw text into canonical actions for :meth:`_apply`.
+
+        The default matches :attr:`action_names` in the configured response
+        format; it must never raise on model output.
+        """
+        return parse_response(
+            text,
+            self.action_names,
+            response_format=self.response_format,
+            max_actions=self.max_actions_per_turn,
+        )
 
     @abstractmethod
     def _reset(self, options: dict[str, Any]) -> dict[str, Any]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 import pytest
 
+from agentgym.envs.parsing import ParsedResponse
 from agentgym.envs.text_env import TextEnv
 
 
@@ -81,3 +83,30 @@ def test_missing_action_names_and_bad_options_raise() -> None:
         CounterEnv(max_steps=0)
     with pytest.raises(TypeError, match="abstract"):
         TextEnv()  # type: ignore[abstract]
+
+
+class JumpEnv(CounterEnv):
+    """Jump to a number with set[N]."""
+
+    action_names: ClassVar[tuple[str, ...]] = ()
+
+    def _parse(self, text: str) -> ParsedResponse:
+        match = re.fullmatch(r"\s*<answer>set\[(\d)\]</answer>\s*", text)
+        if match is None:
+            return ParsedResponse(actions=(), is_valid=False, error="expected set[N]")
+        return ParsedResponse(actions=(match.group(1),), is_valid=True)
+
+    def _apply(self, action: str) -> tuple[float, bool]:
+        self.value = int(action)
+        return 0.0, self.value >= 3
+
+
+def test_a_custom_parser_replaces_the_vocabulary() -> None:
+    env = JumpEnv()
+    env.reset(seed=0)
+    _, reward, terminated, _, info = env.step("<answer>set[x]</answer>")
+    assert not info["action_is_valid"] and info["parse_error"] == "expected set[N]"
+    assert reward == pytest.approx(-0.1) and not terminated and env.value == 0
+    _, _, terminated, _, info = env.step("<answer>set[4]</answer>")
+    assert info["action_is_valid"] and info["actions"] == ["4"] and terminated
+    assert env.tools == []
