@@ -44,22 +44,31 @@ class Agent(Protocol):
 
 
 class SolverAgent:
-    """Plays the env's exact solver (``env.solve()``), one action per turn.
+    """Plays the env's expert: ``env.oracle_response()`` where the env has one
+    (the text an expert would write now, e.g. a tool call or WebShop action),
+    else the plan of ``env.solve()``, one action per turn.
 
     Raises:
-        TypeError: If the env has no ``solve()``.
+        TypeError: If the env has neither.
     """
 
     def __init__(self) -> None:
         self._plan: list[str] = []
 
     def reset(self, env: TextEnv) -> None:
+        if callable(getattr(env, "oracle_response", None)):
+            return
         solve = getattr(env, "solve", None)
         if solve is None:
-            raise TypeError(f"{type(env).__name__} has no solve(); use agent=random")
+            raise TypeError(
+                f"{type(env).__name__} has neither oracle_response() nor solve(); use agent=random"
+            )
         self._plan = list(solve() or [])
 
     def act(self, env: TextEnv) -> str:
+        oracle = getattr(env, "oracle_response", None)
+        if callable(oracle):
+            return str(oracle())
         if not self._plan:  # unsolvable or off-plan: any action keeps the episode going
             return format_response([env.action_names[0]], env.response_format)
         return format_response([self._plan.pop(0)], env.response_format, think="solver plan")
