@@ -1,0 +1,1 @@
+"""Models built locally: chat templates and tiny Qwen2-architecture models."""

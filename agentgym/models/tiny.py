@@ -1,0 +1,149 @@
+"""Build small chat models locally: a byte-level BPE tokenizer trained on the
+envs' own text, a chat template, and a randomly initialised Qwen2 model.
+
+No hub is needed. The models satisfy vLLM-on-CPU's constraints (head_dim >= 32,
+untied embeddings), so every backend can serve them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentgym.models.templates import TEMPLATES
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+"""Special tokens: padding, and the ChatML turn delimiters (``<|im_end|>`` is the EOS)."""
+
+MARKUP_TOKENS = (
+    "<answer>",
+    "</answer>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+)
+"""Response markup kept as single, ordinary (not special) tokens, as Qwen2.5 does."""
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Shape of a locally built Qwen2 model.
+
+    Attributes:
+        vocab_size: Target BPE vocabulary size (special and markup tokens included).
+        hidden_size: Model width; ``hidden_size / num_attention_heads`` must be >= 32.
+        intermediate_size: MLP width.
+        num_hidden_layers: Transformer blocks.
+        num_attention_heads: Query heads.
+        num_key_value_heads: Key/value heads (grouped-query attention).
+        max_position_embeddings: Longest sequence the model supports.
+        chat_template: A key of :data:`agentgym.models.templates.TEMPLATES`.
+        seed: Seed of the weight initialisation.
+    """
+
+    vocab_size: int = 512
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 1
+    max_position_embeddings: int = 4096
+    chat_template: str = "chatml"
+    seed: int = 0
+
+
+def build_tokenizer(corpus: Iterable[str], vocab_size: int, chat_template: str) -> object:
+    """Train a byte-level BPE tokenizer on ``corpus`` and wrap it for transformers.
+
+    Args:
+        corpus: Training texts (observations, instructions, responses).
+        vocab_size: Target vocabulary size.
+        chat_template: A key of :data:`TEMPLATES`.
+
+    Returns:
+        A ``transformers.PreTrainedTokenizerFast`` with the chat template set,
+        ``<|im_end|>`` as EOS and ``<|endoftext|>`` as padding.
+
+    Raises:
+        ValueError: If ``chat_template`` is unknown.
+    """
+    if chat_template not in TEMPLATES:
+        raise ValueError(
+            f"Unknown chat_template {chat_template!r}; valid options: {sorted(TEMPLATES)}"
+        )
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        clean_up_tokenization_spaces=False,
+    )
+    fast.add_tokens(list(MARKUP_TOKENS))
+    fast.chat_template = TEMPLATES[chat_template]
+    return fast
+
+
+def build_model(tokenizer: object, spec: TinyModelSpec) -> object:
+    """A randomly initialised ``Qwen2ForCausalLM`` sized by ``spec`` for ``tokenizer``.
+
+    Raises:
+        ValueError: If the head dimension is below 32 (vLLM's CPU attention minimum).
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    head_dim = spec.hidden_size // spec.num_attention_heads
+    if head_dim < 32:
+        raise ValueError(
+            f"hidden_size / num_attention_heads = {head_dim}; it must be >= 32 "
+            "for vLLM's CPU attention"
+        )
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),  # type: ignore[arg-type]
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),  # type: ignore[attr-defined]
+        eos_token_id=tokenizer.eos_token_id,  # type: ignore[attr-defined]
+        pad_token_id=tokenizer.pad_token_id,  # type: ignore[attr-defined]
+    )
+    torch.manual_seed(spec.seed)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def build_tiny_model(corpus: Iterable[str], spec: TinyModelSpec, path: str | Path) -> Path:
+    """Build a tokenizer and a random model and save both to ``path``.
+
+    The folder is a regular Hugging Face model folder: transformers, vLLM and
+    ``vllm serve`` load it directly.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+    """
+    path = Path(path)
+    tokenizer = build_tokenizer(corpus, spec.vocab_size, spec.chat_template)
+    model = build_model(tokenizer, spec)
+    model.save_pretrained(path)  # type: ignore[attr-defined]
+    tokenizer.save_pretrained(path)  # type: ignore[attr-defined]
+    return path

@@ -1,0 +1,256 @@
+"""The data that crosses rooms: turns, trajectories and padded rollout batches.
+
+A :class:`Trajectory` is built by the rollout, turn by turn, token by token
+(token-in-token-out): each :class:`Turn` holds the prompt tokens added before
+the model's response and the response tokens exactly as the engine returned
+them. :class:`RolloutBatch` pads the training samples of many trajectories
+into tensors for the trainer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+TERMINATION_REASONS = (
+    "terminated",
+    "truncated",
+    "max_turns",
+    "max_actions",
+    "max_length",
+    "env_error",
+    "generation_error",
+)
+"""Why a trajectory ended: the env finished it (``terminated``), the env's own
+step limit (``truncated``), the rollout's limits (``max_turns``,
+``max_actions``, ``max_length``: the next turn would not fit in
+``sequence_length``), or a failure (``env_error``, ``generation_error``)."""
+
+TRUNCATION_REASONS = frozenset({"truncated", "max_turns", "max_actions", "max_length"})
+FAILURE_REASONS = frozenset({"env_error", "generation_error"})
+SAMPLE_MODES = ("trajectory", "step")
+
+
+@dataclass
+class Turn:
+    """One model response and what the env made of it.
+
+    Attributes:
+        prompt_ids: Tokens placed before the response. In ``trajectory`` mode,
+            the tokens added this turn (chat-template segment of the new
+            observation plus the generation prompt); in ``step`` mode, the
+            whole prompt of this turn's sample.
+        response_ids: The generated tokens, exactly as the engine returned
+            them (the end-of-turn token included when the model produced it).
+        logprobs: The engine's log-probability of each response token.
+        response_text: The decoded response, as the env received it.
+        finish_reason: ``"stop"`` (end-of-turn or stop token) or ``"length"``.
+        reward: The env's reward for this turn.
+        action_is_valid: Whether the env could parse the response.
+        actions: The actions the env played.
+        observation: The observation text the response answered.
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    response_text: str
+    finish_reason: str
+    reward: float = 0.0
+    action_is_valid: bool = True
+    actions: list[str] = field(default_factory=list)
+    observation: str = ""
+
+
+@dataclass
+class Trajectory:
+    """One episode of one env, with every token of every turn.
+
+    Attributes:
+        env_name: The registered env name (e.g. ``"sokoban"``).
+        tag: The env tag of the manager config (names an env + kwargs).
+        group_id: Unique across the batch; all trajectories of a GRPO group share it.
+        seed: The seed the env was reset with.
+        mode: ``"trajectory"`` (one sample per episode) or ``"step"`` (one per turn).
+        messages: The conversation (``role``/``content`` dicts), system prompt first.
+        tools: The tool schemas given to the chat template (empty for most envs).
+        turns: The model's turns, in order.
+        score: The episode score: the sum of the turns' rewards.
+        success: The env's ``info["success"]`` at the end.
+        termination_reason: One of :data:`TERMINATION_REASONS`.
+        error: The exception text when the trajectory failed.
+        frames: RGB frames (``[H, W, 3]`` uint8) when the rollout recorded them.
+        policy_version: The weights version that generated the trajectory.
+        prefix_drift: The prefix-consistency check's finding (None: no drift
+            or not checked).
+        retokenized: True when the model's ids differ from a plain
+            tokenization of its text (non-canonical splits; not a drift).
+    """
+
+    env_name: str
+    tag: str
+    group_id: int
+    seed: int
+    mode: str = "trajectory"
+    messages: list[dict[str, str]] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    score: float = 0.0
+    success: bool = False
+    termination_reason: str = ""
+    error: str | None = None
+    frames: list[Any] = field(default_factory=list)
+    policy_version: int = 0
+    prefix_drift: str | None = None
+    retokenized: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """True when the env or the generation backend raised."""
+        return self.termination_reason in FAILURE_REASONS
+
+    @property
+    def input_ids(self) -> list[int]:
+        """All tokens of the episode in order (``trajectory`` mode)."""
+        return [t for turn in self.turns for t in (*turn.prompt_ids, *turn.response_ids)]
+
+    @property
+    def loss_mask(self) -> list[int]:
+        """1 on generated tokens, 0 elsewhere, aligned with :attr:`input_ids`."""
+        return [
+            m
+            for turn in self.turns
+            for m in (*([0] * len(turn.prompt_ids)), *([1] * len(turn.response_ids)))
+        ]
+
+    @property
+    def response_texts(self) -> list[str]:
+        """The model's responses, in order."""
+        return [turn.response_text for turn in self.turns]
+
+    def samples(self) -> list[Sample]:
+        """Training samples: the whole episode, or one per turn in ``step`` mode."""
+        if self.mode == "step":
+            return [_sample(self, [turn], reward=turn.reward) for turn in self.turns]
+        return [_sample(self, self.turns, reward=self.score)] if self.turns else []
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One training sequence cut from a trajectory.
+
+    Attributes:
+        input_ids: Prompt and response tokens.
+        loss_mask: 1 on generated tokens.
+        logprobs: Engine log-probabilities, aligned with ``input_ids`` (0 off the mask).
+        token_rewards: Each turn's reward on its last generated token.
+        score: The reward the sample is judged by (episode score, or the
+            turn's reward in ``step`` mode).
+        group_id: The trajectory's GRPO group.
+        tag: The trajectory's env tag.
+    """
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    token_rewards: list[float]
+    score: float
+    group_id: int
+    tag: str
+
+
+def _sample(trajectory: Trajectory, turns: Sequence[Turn], reward: float) -> Sample:
+    ids: list[int] = []
+    mask: list[int] = []
+    logprobs: list[float] = []
+    rewards: list[float] = []
+    for turn in turns:
+        ids += turn.prompt_ids
+        mask += [0] * len(turn.prompt_ids)
+        logprobs += [0.0] * len(turn.prompt_ids)
+        rewards += [0.0] * len(turn.prompt_ids)
+        ids += turn.response_ids
+        mask += [1] * len(turn.response_ids)
+        logprobs += turn.logprobs
+        rewards += [0.0] * len(turn.response_ids)
+        if turn.response_ids:
+            rewards[-1] = turn.reward
+    return Sample(ids, mask, logprobs, rewards, reward, trajectory.group_id, trajectory.tag)
+
+
+@dataclass
+class RolloutBatch:
+    """Padded training tensors (right padding).
+
+    Attributes:
+        input_ids: ``[B, T]`` token ids (padding id where ``attention_mask`` is 0).
+        attention_mask: ``[B, T]`` 1 on real tokens.
+        position_ids: ``[B, T]`` positions, 0 at each sequence's first token.
+        loss_mask: ``[B, T]`` 1 exactly on generated tokens.
+        old_logprobs: ``[B, T]`` engine log-probability of ``input_ids[b, t]``
+            given ``input_ids[b, :t]``, 0 off the loss mask.
+        token_rewards: ``[B, T]`` each turn's reward on its last generated token.
+        scores: ``[B]`` the reward each sample is judged by.
+        group_ids: ``[B]`` GRPO group of each sample.
+        tags: The env tag of each sample.
+        advantages: ``[B, T]``, filled by the trainer.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    loss_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    token_rewards: torch.Tensor
+    scores: torch.Tensor
+    group_ids: torch.Tensor
+    tags: list[str]
+    advantages: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @classmethod
+    def from_trajectories(
+        cls, trajectories: Sequence[Trajectory], *, pad_token_id: int, include_failed: bool = False
+    ) -> RolloutBatch:
+        """Pad the samples of ``trajectories`` into tensors.
+
+        Args:
+            trajectories: Finished trajectories.
+            pad_token_id: Id written at padded positions.
+            include_failed: Keep trajectories whose env or backend raised
+                (dropped by default: their episode score is not a real outcome).
+
+        Raises:
+            ValueError: If no sample remains.
+        """
+        samples = [
+            sample
+            for trajectory in trajectories
+            if include_failed or not trajectory.failed
+            for sample in trajectory.samples()
+        ]
+        if not samples:
+            raise ValueError("no training samples: every trajectory failed or had no turns")
+        width = max(len(s.input_ids) for s in samples)
+
+        def pad(rows: list[list[Any]], value: float, dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor([row + [value] * (width - len(row)) for row in rows], dtype=dtype)
+
+        lengths = torch.tensor([len(s.input_ids) for s in samples])
+        attention_mask = (torch.arange(width)[None, :] < lengths[:, None]).long()  # [B, T]
+        return cls(
+            input_ids=pad([s.input_ids for s in samples], pad_token_id, torch.long),
+            attention_mask=attention_mask,
+            position_ids=(torch.arange(width)[None, :] * attention_mask),
+            loss_mask=pad([s.loss_mask for s in samples], 0, torch.long),
+            old_logprobs=pad([s.logprobs for s in samples], 0.0, torch.float32),
+            token_rewards=pad([s.token_rewards for s in samples], 0.0, torch.float32),
+            scores=torch.tensor([s.score for s in samples], dtype=torch.float32),
+            group_ids=torch.tensor([s.group_id for s in samples], dtype=torch.long),
+            tags=[s.tag for s in samples],
+        )

@@ -1,0 +1,297 @@
+"""The multi-turn rollout: one asyncio task per env, token-in-token-out.
+
+Each env runs its episodes in its own task; nothing waits for a lockstep
+barrier, so a slow env or a long generation holds back only itself, and the
+backend batches whatever requests are pending. Env ``reset``/``step`` run in
+a thread pool so that a blocking env does not stall the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from agentgym.envs.text_env import TextEnv
+from agentgym.rollout.backends.base import GenerationBackend, SamplingParams
+from agentgym.rollout.chat import PREFIX_CHECK_MODES, ChatTokenizer, Message, report_drift
+from agentgym.rollout.env_manager import Assignment, EnvManager
+from agentgym.rollout.metrics import rollout_metrics
+from agentgym.trajectory import SAMPLE_MODES, Trajectory, Turn
+
+_THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL | re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How trajectories are collected.
+
+    Attributes:
+        mode: ``"trajectory"`` (one sample per episode with the full history)
+            or ``"step"`` (one sample per turn, prompts holding the last
+            ``history_length`` turns).
+        max_turns: The most model turns per episode.
+        max_actions_per_traj: The most env actions per episode (None: no limit).
+        sequence_length: The most tokens of one sample; an episode ends
+            (``max_length``) when the next turn's prompt plus
+            ``sampling.max_new_tokens`` would not fit.
+        sampling: Sampling parameters of every turn (the tokenizer's
+            end-of-turn ids are added to the stop ids).
+        history_length: Past turns kept in ``step`` mode prompts.
+        strip_think_history: Drop ``<think>`` blocks of past turns in ``step`` mode.
+        prefix_check: ``"strict"`` (raise on drift), ``"warn"`` or ``"off"``.
+        record_frames: Keep ``rgb_array`` frames of every step (for GIFs).
+        env_workers: Threads that run env ``reset``/``step``.
+    """
+
+    mode: str = "trajectory"
+    max_turns: int = 10
+    max_actions_per_traj: int | None = None
+    sequence_length: int = 4096
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    history_length: int = 2
+    strip_think_history: bool = False
+    prefix_check: str = "warn"
+    record_frames: bool = False
+    env_workers: int = 16
+
+    def __post_init__(self) -> None:
+        if self.mode not in SAMPLE_MODES:
+            raise ValueError(f"mode={self.mode!r} is not one of {list(SAMPLE_MODES)}")
+        if self.prefix_check not in PREFIX_CHECK_MODES:
+            raise ValueError(
+                f"prefix_check={self.prefix_check!r} is not one of {list(PREFIX_CHECK_MODES)}"
+            )
+        for key in ("max_turns", "sequence_length", "env_workers"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if self.history_length < 0:
+            raise ValueError(f"history_length must be >= 0, got {self.history_length}")
+
+
+@dataclass
+class RolloutResult:
+    """Trajectories of one collection, ordered by group id then env, and their metrics."""
+
+    trajectories: list[Trajectory]
+    metrics: dict[str, float]
+
+
+async def collect(
+    manager: EnvManager,
+    backend: GenerationBackend,
+    chat: ChatTokenizer,
+    config: RolloutConfig,
+    *,
+    policy_version: int = 0,
+    on_trajectory: Callable[[Trajectory], None] | None = None,
+) -> RolloutResult:
+    """Run the manager's next batch of episodes.
+
+    Args:
+        manager: Supplies envs, seeds and group ids.
+        backend: Generates responses.
+        chat: Tokenizes the conversation with the policy's chat template.
+        config: Rollout limits and sampling.
+        policy_version: Recorded on every trajectory.
+        on_trajectory: Called with each trajectory as soon as it is finished.
+
+    Returns:
+        The trajectories and their metrics. A trajectory whose env or
+        generation raised ends with ``env_error``/``generation_error`` and
+        keeps the turns it had; the batch always completes.
+    """
+    stop = tuple(sorted(set(config.sampling.stop_token_ids) | chat.end_of_turn_ids))
+    config = replace(config, sampling=replace(config.sampling, stop_token_ids=stop))
+    pool = ThreadPoolExecutor(max_workers=config.env_workers, thread_name_prefix="agentgym-env")
+    runner = _EpisodeRunner(backend, chat, config, pool, policy_version)
+
+    async def run_env(episodes: Sequence[Assignment]) -> list[Trajectory]:
+        finished = []
+        for assignment in episodes:
+            trajectory = await runner.run(assignment)
+            if on_trajectory is not None:
+                on_trajectory(trajectory)
+            finished.append(trajectory)
+        return finished
+
+    try:
+        per_env = await asyncio.gather(*(run_env(e) for e in manager.assignments()))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    trajectories = sorted(
+        (t for env_trajectories in per_env for t in env_trajectories), key=lambda t: t.group_id
+    )
+    return RolloutResult(trajectories, rollout_metrics(trajectories))
+
+
+class _EpisodeRunner:
+    def __init__(
+        self,
+        backend: GenerationBackend,
+        chat: ChatTokenizer,
+        config: RolloutConfig,
+        pool: ThreadPoolExecutor,
+        policy_version: int,
+    ) -> None:
+        self.backend = backend
+        self.chat = chat
+        self.config = config
+        self.pool = pool
+        self.policy_version = policy_version
+
+    async def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, lambda: function(*args, **kwargs))
+
+    async def run(self, assignment: Assignment) -> Trajectory:
+        env = assignment.slot.env
+        trajectory = Trajectory(
+            env_name=type(env).__name__,
+            tag=assignment.slot.tag,
+            group_id=assignment.group_id,
+            seed=assignment.seed,
+            mode=self.config.mode,
+            policy_version=self.policy_version,
+        )
+        try:
+            trajectory.tools = list(env.tools)
+            observation, _ = await self._call(env.reset, seed=assignment.seed)
+            trajectory.messages = [
+                {"role": "system", "content": env.instructions},
+                {"role": "user", "content": observation},
+            ]
+            self._record_frame(env, trajectory)
+        except Exception:
+            trajectory.termination_reason = "env_error"
+            trajectory.error = traceback.format_exc(limit=5)
+            return trajectory
+        await self._play(env, trajectory, observation)
+        if (
+            self.config.prefix_check != "off"
+            and trajectory.turns
+            and self.config.mode == "trajectory"
+        ):
+            self._check(trajectory)
+        return trajectory
+
+    async def _play(self, env: TextEnv, trajectory: Trajectory, observation: str) -> None:
+        config = self.config
+        messages = trajectory.messages
+        responses: dict[int, list[int]] = {}
+        new_messages: list[Message] = list(messages)
+        history: list[int] = []
+        actions = 0
+        trajectory.termination_reason = "max_turns"
+        for turn_index in range(config.max_turns):
+            if config.mode == "trajectory":
+                if turn_index == 0:
+                    segment = self.chat.first_segment(messages, trajectory.tools)
+                else:
+                    previous = trajectory.turns[-1].response_ids
+                    segment = self.chat.next_segment(previous, new_messages, trajectory.tools)
+                prompt = history + segment
+            else:
+                segment = prompt = self._step_prompt(messages, responses, trajectory.tools)
+            if len(prompt) + config.sampling.max_new_tokens > config.sequence_length:
+                trajectory.termination_reason = "max_length"
+                return
+            try:
+                generation = await self.backend.generate(prompt, config.sampling, env=env)
+            except Exception:
+                trajectory.termination_reason = "generation_error"
+                trajectory.error = traceback.format_exc(limit=5)
+                return
+            text = self.chat.decode_response(generation.token_ids)
+            turn = Turn(
+                prompt_ids=segment,
+                response_ids=list(generation.token_ids),
+                logprobs=list(generation.logprobs),
+                response_text=text,
+                finish_reason=generation.finish_reason,
+                observation=observation,
+            )
+            trajectory.turns.append(turn)
+            messages.append({"role": "assistant", "content": text})
+            responses[len(messages) - 1] = turn.response_ids
+            history = prompt + turn.response_ids
+            try:
+                observation, reward, terminated, truncated, info = await self._call(env.step, text)
+                self._record_frame(env, trajectory)
+            except Exception:
+                trajectory.termination_reason = "env_error"
+                trajectory.error = traceback.format_exc(limit=5)
+                return
+            turn.reward = float(reward)
+            turn.action_is_valid = bool(info.get("action_is_valid", True))
+            turn.actions = list(info.get("actions", []))
+            trajectory.score += turn.reward
+            trajectory.success = bool(info.get("success", False))
+            actions += len(turn.actions)
+            if terminated or truncated:
+                trajectory.termination_reason = "terminated" if terminated else "truncated"
+                return
+            if config.max_actions_per_traj is not None and actions >= config.max_actions_per_traj:
+                trajectory.termination_reason = "max_actions"
+                return
+            new_messages = _observation_messages(observation, info)
+            if turn_index + 1 < config.max_turns:
+                messages.extend(new_messages)
+
+    def _step_prompt(
+        self,
+        messages: list[Message],
+        responses: dict[int, list[int]],
+        tools: list[dict[str, Any]],
+    ) -> list[int]:
+        """The prompt of a ``step``-mode sample: system, the last turns, the new observation."""
+        assistant_positions = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        if not assistant_positions or self.config.history_length == 0:
+            start = assistant_positions[-1] + 1 if assistant_positions else 1
+        else:
+            start = assistant_positions[-self.config.history_length :][0]
+            while start > 1 and messages[start - 1]["role"] != "assistant":
+                start -= 1  # keep the observation the first kept response answered
+        window = [messages[0], *messages[start:]]
+        spliced: dict[int, list[int]] = {}
+        for offset, message in enumerate(messages[start:], start=1):
+            original = start + offset - 1
+            if original not in responses:
+                continue
+            if self.config.strip_think_history and _THINK.search(message["content"]):
+                window[offset] = {**message, "content": _THINK.sub("", message["content"])}
+            else:
+                spliced[offset] = responses[original]
+        return self.chat.render_ids(window, spliced, tools=tools, add_generation_prompt=True)
+
+    def _record_frame(self, env: TextEnv, trajectory: Trajectory) -> None:
+        if self.config.record_frames and env.render_mode == "rgb_array":
+            trajectory.frames.append(env.render())
+
+    def _check(self, trajectory: Trajectory) -> None:
+        responses = {
+            i: turn.response_ids
+            for i, turn in zip(
+                [i for i, m in enumerate(trajectory.messages) if m["role"] == "assistant"],
+                trajectory.turns,
+                strict=True,
+            )
+        }
+        result = self.chat.check(
+            trajectory.messages, responses, trajectory.input_ids, tools=trajectory.tools
+        )
+        trajectory.prefix_drift = result.drift
+        trajectory.retokenized = not result.exact
+        report_drift(result, self.config.prefix_check, f"{trajectory.tag} seed {trajectory.seed}")
+
+
+def _observation_messages(observation: str, info: dict[str, Any]) -> list[Message]:
+    """Tool results become ``tool`` messages; anything else is a ``user`` message."""
+    results = info.get("tool_results")
+    if results:
+        return [{"role": "tool", "content": str(result)} for result in results]
+    return [{"role": "user", "content": observation}]

@@ -1,0 +1,48 @@
+"""Rollout metrics, per env tag and over the whole batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agentgym.trajectory import TRUNCATION_REASONS, Trajectory
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Success, score, turns, invalid-action, truncation and failure rates.
+
+    Keys are ``"{tag}/{metric}"`` for each tag and ``"all/{metric}"`` for the batch.
+    Failed trajectories (env or generation error) count in ``failed`` only.
+    """
+    metrics: dict[str, float] = {}
+    tags = sorted({t.tag for t in trajectories})
+    for tag in [*tags, "all"]:
+        group = [t for t in trajectories if tag in ("all", t.tag)]
+        played = [t for t in group if not t.failed]
+        turns = [turn for t in played for turn in t.turns]
+        prefix = f"{tag}/"
+        metrics[prefix + "trajectories"] = float(len(group))
+        metrics[prefix + "failed"] = float(len(group) - len(played))
+        if not played:
+            continue
+        count = len(played)
+        metrics[prefix + "success"] = sum(t.success for t in played) / count
+        metrics[prefix + "score"] = sum(t.score for t in played) / count
+        metrics[prefix + "turns"] = sum(len(t.turns) for t in played) / count
+        metrics[prefix + "truncation_rate"] = (
+            sum(t.termination_reason in TRUNCATION_REASONS for t in played) / count
+        )
+        metrics[prefix + "max_length_rate"] = (
+            sum(t.termination_reason == "max_length" for t in played) / count
+        )
+        metrics[prefix + "prefix_drift"] = float(sum(t.prefix_drift is not None for t in played))
+        if turns:
+            metrics[prefix + "invalid_action_rate"] = sum(
+                not turn.action_is_valid for turn in turns
+            ) / len(turns)
+            metrics[prefix + "response_tokens"] = sum(
+                len(turn.response_ids) for turn in turns
+            ) / len(turns)
+            metrics[prefix + "response_length_clip_rate"] = sum(
+                turn.finish_reason == "length" for turn in turns
+            ) / len(turns)
+    return metrics
