@@ -19,4 +19,9 @@ register(
     "agentgym.envs.frozen_lake:FrozenLakeEnv",
     id="agentgym/FrozenLake-v0",
 )
+register(
+    "webshop",
+    "agentgym.envs.webshop:WebShopEnv",
+    id="agentgym/WebShop-v0",
+)
 discover_plugins()
