@@ -1,0 +1,1 @@
+"""Tool-use environments (math with a Python sandbox, SQL, search QA) and their protocol."""
