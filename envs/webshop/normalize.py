@@ -29,7 +29,7 @@ def normalize_color(value: str) -> str:
     """The first colour of :data:`COLOR_SET` that occurs in ``value``, else ``value``.
 
     Matching is by substring, as in WebShop: ``"navy blue"`` becomes ``"blue"``
-    (``blue`` comes before ``navy`` in the list) and ``"stainless"`` becomes
+    (``blue`` comes before ``navy`` in the list) and ``"standard"`` becomes
     ``"tan"``. Values are expected lowercased, as the catalog stores them.
 
     Args:

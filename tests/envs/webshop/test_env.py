@@ -1,0 +1,241 @@
+"""The WebShop env: pages, actions, invalid turns, observation modes, the oracle, splits."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+
+import pytest
+
+import agentgym
+from agentgym.envs.text_env import TEXT_CHARSET
+from agentgym.envs.webshop import WebShopConfigError, WebShopEnv, World
+from agentgym.envs.webshop.files import generated_dir
+from agentgym.envs.webshop.reward import score_purchase
+
+MakeEnv = Callable[..., WebShopEnv]
+
+
+def answer(action: str) -> str:
+    return f"<answer>{action}</answer>"
+
+
+def play_oracle(env: WebShopEnv) -> dict:
+    info: dict = {}
+    done = False
+    while not done:
+        _, _, terminated, truncated, info = env.step(env.oracle_response())
+        done = terminated or truncated
+    return info
+
+
+def test_reset_shows_the_instruction_and_the_goal(make_env: MakeEnv) -> None:
+    env = make_env(split="eval")
+    observation, info = env.reset(seed=0)
+    goal = info["goal"]
+    assert set(goal) == {"asin", "instruction", "attributes", "options", "price_upper"}
+    assert observation.startswith(f"WebShop [SEP] Instruction: [SEP] {goal['instruction']}")
+    assert observation.endswith("Available actions: search[<your query>]")
+    assert info["success"] is False and info["score"] == 0.0
+    assert env.get_available_actions() == {"has_search_bar": True, "clickables": ["search"]}
+
+
+def test_seed_picks_the_goal_within_the_split(make_env: MakeEnv) -> None:
+    env = make_env(split="test")
+    first = [env.reset(seed=s)[1]["goal"]["instruction"] for s in range(10)]
+    again = [env.reset(seed=s)[1]["goal"]["instruction"] for s in range(10)]
+    assert first == again
+    assert len(set(first)) > 5
+    assert all(0 <= env.reset(seed=s)[1]["goal_index"] < 500 for s in range(20))
+
+
+def test_page_graph_and_available_actions(make_env: MakeEnv) -> None:
+    env = make_env(split="eval")
+    _, info = env.reset(options={"goal_index": 0})
+    target = info["goal"]["asin"].lower()
+    env.step(answer(f"search[{info['goal']['instruction']}]"))
+    results = env.get_available_actions()
+    assert results["has_search_bar"] is False
+    assert results["clickables"][:2] == ["back to search", "next >"]
+    assert len(results["clickables"]) == 12 and target in results["clickables"]
+
+    observation, *_ = env.step(answer("click[Next >]"))  # case-insensitive
+    assert "Page 2 (Total results: 50)" in observation
+    assert env.get_available_actions()["clickables"][:3] == ["back to search", "< prev", "next >"]
+    env.step(answer("click[< prev]"))
+    assert env.state.page == 1
+
+    env.step(answer(f"click[{target}]"))
+    item = env.get_available_actions()["clickables"]
+    assert item[:6] == ["back to search", "< prev", "description", "features", "reviews", "buy now"]
+    product = env.world.catalog.by_asin(target)
+    assert item[6:] == [v for values in product.options.values() for v in values]
+
+    observation, *_ = env.step(answer("click[description]"))
+    assert product.description in observation
+    assert env.get_available_actions()["clickables"] == ["back to search", "< prev"]
+    observation, *_ = env.step(answer("click[< prev]"))
+    assert env.state.kind == "item" and product.title in observation
+    env.step(answer("click[< prev]"))
+    assert env.state.kind == "results" and env.state.page == 1
+    observation, *_ = env.step(answer("click[back to search]"))
+    assert env.state.kind == "search" and observation.startswith("WebShop [SEP]")
+
+
+def test_invalid_actions_change_nothing_and_earn_the_format_penalty(make_env: MakeEnv) -> None:
+    env = make_env(split="eval", format_penalty=-0.25)
+    start, _ = env.reset(options={"goal_index": 0})
+    for text in (
+        answer("click[buy now]"),  # not on the search page
+        answer("click[search]"),  # WebShop never lets the search button be clicked
+        answer("search[]"),
+        answer("purchase[it]"),
+        "search[shoes]",  # no <answer> tags
+    ):
+        observation, reward, terminated, truncated, info = env.step(text)
+        assert observation == start
+        assert reward == -0.25
+        assert info["action_is_valid"] is False and info["parse_error"]
+        assert not (terminated or truncated)
+    env.step(answer("search[shirt]"))
+    results = env.render()
+    _, reward, *_, info = env.step(answer("search[shoes]"))  # no search bar on results
+    assert (reward, info["action_is_valid"], env.render()) == (-0.25, False, results)
+    assert env.num_steps == 7
+
+
+def test_max_steps_truncates_at_15(make_env: MakeEnv) -> None:
+    env = make_env()
+    env.reset(seed=0)
+    for step in range(1, 16):
+        *_, terminated, truncated, _ = env.step(answer("click[nothing]"))
+        assert truncated == (step == 15) and not terminated
+
+
+def test_several_actions_in_one_turn_are_checked_before_any_is_played(make_env: MakeEnv) -> None:
+    env = make_env(split="eval", max_actions_per_turn=3)
+    _, info = env.reset(options={"goal_index": 0})
+    goal = info["goal"]
+    target = goal["asin"].lower()
+    start = env.render()
+    _, _, _, _, bad = env.step(
+        answer(f"search[{goal['instruction']}] || click[{target}] || click[x]")
+    )
+    assert bad["action_is_valid"] is False and env.render() == start
+    text = f"search[{goal['instruction']}] || click[{target}] || click[buy now]"
+    _, reward, terminated, _, info = env.step(answer(text))
+    assert terminated and info["action_is_valid"]
+    assert len(info["actions"]) == 3
+    assert reward == info["score"] == info["reward_breakdown"]["score"]
+
+
+def test_think_answer_format(make_env: MakeEnv) -> None:
+    env = make_env(response_format="think_answer")
+    env.reset(seed=3)
+    _, _, _, _, info = env.step("<think>look</think><answer>search[red shirt]</answer><|im_end|>")
+    assert info["action_is_valid"] and env.state.kind == "results"
+    assert "think" in env.oracle_response()
+
+
+def test_options_are_marked_in_text_rich_and_html(make_env: MakeEnv) -> None:
+    envs = {mode: make_env(split="eval", observation_mode=mode) for mode in ("text_rich", "html")}
+    for mode, env in envs.items():
+        _, info = env.reset(options={"goal_index": 0})
+        while env.state.kind != "item" or not env.state.options:
+            observation, *_ = env.step(env.oracle_response())
+        value = next(iter(env.state.options.values()))
+        if mode == "text_rich":
+            assert observation.startswith(f"You have clicked {value}.\n")
+            assert f"  [clicked button] {value} [clicked button_]" in observation
+            assert "[button] Buy Now [button_]" in observation
+        else:
+            assert f'value="{value}" checked><label>{value}</label>' in observation
+            assert '<button class="btn" type="submit">Buy Now</button>' in observation
+
+
+def test_oracle_buys_the_goal_on_200_eval_goals(make_env: MakeEnv) -> None:
+    env = make_env(split="eval")
+    scores = []
+    for index in range(200):
+        env.reset(options={"goal_index": index})
+        info = play_oracle(env)
+        assert info["success"] == (info["score"] == 1.0)
+        scores.append(info["score"])
+    assert sum(s == 1.0 for s in scores) / len(scores) >= 0.99
+
+
+def test_buying_a_near_duplicate_scores_below_one(world: World, webshop_cache) -> None:
+    items = json.loads((generated_dir(webshop_cache, 1000, 0) / "items_shuffle.json").read_text())
+    sibling = {}
+    for item in items:
+        if "near_duplicate_of" in item:
+            sibling[item["asin"]] = item["near_duplicate_of"]
+            sibling[item["near_duplicate_of"]] = item["asin"]
+    assert len(sibling) >= 300  # about a third of the products are in a pair
+    catalog, checked = world.catalog, 0
+    for position in range(len(world.goals)):
+        goal = world.goals[position]
+        if goal.asin not in sibling or checked == 300:
+            continue
+        other = catalog.by_asin(sibling[goal.asin])
+        price = float(catalog.prices[catalog.index[other.asin]])
+        names = list(other.options)
+        choices = [
+            dict(zip(names, c, strict=True)) for c in itertools.product(*other.options.values())
+        ]
+        best = max(  # the best the sibling can do, with any of its option choices
+            score_purchase(other, goal.spec, price=price, chosen_options=chosen).score
+            for chosen in choices
+        )
+        assert best < 1.0, (goal.instruction, other.asin)
+        checked += 1
+    assert checked == 300
+
+
+def test_search_recall_over_500_goals(world: World) -> None:
+    hits10 = hits50 = 0
+    for position in range(500):
+        goal = world.goals[position]
+        results = world.engine.search(goal.instruction.lower())
+        target = world.catalog.index[goal.asin]
+        hits10 += target in results[:10]
+        hits50 += target in results[:50]
+    # Measured at 1,000 products: recall@10 0.996, recall@50 1.0 (see the README).
+    assert hits10 / 500 >= 0.95
+    assert hits50 / 500 >= 0.99
+
+
+def test_observations_stay_in_the_text_charset(make_env: MakeEnv) -> None:
+    for mode in ("text", "text_rich", "html"):
+        env = make_env(split="eval", observation_mode=mode, show_attrs=True)
+        observation, _ = env.reset(options={"goal_index": 1})
+        seen = [observation]
+        for action in ("search[shirt]", "click[next >]"):
+            seen.append(env.step(answer(action))[0])
+        asin = env.get_available_actions()["clickables"][-1]
+        seen.append(env.step(answer(f"click[{asin}]"))[0])
+        for sub in ("reviews", "attributes", "features"):
+            seen.append(env.step(answer(f"click[{sub}]"))[0])
+            env.step(answer("click[< prev]"))
+        seen.append(env.step(answer("click[buy now]"))[0])
+        assert all(set(text) <= TEXT_CHARSET for text in seen)
+
+
+def test_registered_under_both_names() -> None:
+    assert agentgym.spec("webshop").id == "agentgym/WebShop-v0"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"split": "evl"}, "Did you mean 'eval'"),
+        ({"goal_source": "humans"}, "valid options"),
+        ({"observation_mode": "url"}, "valid options"),
+        ({"num_products": 0}, "num_products must be >= 1"),
+        ({"num_products": 5, "split": "eval"}, "is empty"),
+    ],
+)
+def test_bad_config_raises(make_env: MakeEnv, kwargs: dict, message: str) -> None:
+    with pytest.raises(WebShopConfigError, match=message):
+        make_env(**kwargs)
