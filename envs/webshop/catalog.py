@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from agentgym.envs.webshop.normalize import normalize_option_value
+from agentgym.envs.webshop.normalize import normalize_option_value, to_ascii
 from agentgym.envs.webshop.vocab import NON_NOUN_WORDS
 
 DEFAULT_PRICE = 100.0
@@ -154,9 +154,8 @@ def heuristic_nouns(title: str) -> frozenset[str]:
     Used for real WebShop data, whose records carry no noun list (spaCy's
     models cannot be installed from PyPI).
     """
-    return frozenset(
-        w for w in re.findall(r"[a-z]+", title.lower()) if len(w) > 1 and w not in NON_NOUN_WORDS
-    )
+    words = re.findall(r"[a-z]+", to_ascii(title).lower())
+    return frozenset(w for w in words if len(w) > 1 and w not in NON_NOUN_WORDS)
 
 
 def build_catalog(
