@@ -21,10 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agentgym.envs.parsing import ParsedResponse
+from agentgym.envs.text_env import MAX_TEXT_LENGTH, TextEnv
 from agentgym.envs.tools.protocol import ParsedTurn, parse_turn, tool_instructions
 from agentgym.envs.tools.text import sanitize
 from agentgym.envs.tools.tools import Tool, ToolOutcome, check_call, error_outcome, run_call
-from agentgym.envs.text_env import MAX_TEXT_LENGTH, TextEnv
 
 
 class ToolEnv(TextEnv):

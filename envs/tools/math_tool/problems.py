@@ -46,7 +46,7 @@ class Problem:
     tolerance: float = 0.0
 
     def is_correct(self, text: str) -> bool:
-        """Whether the last number in ``text`` equals the answer (``1,234.5``, ``$3``, ``3/4`` ok)."""
+        """Whether the last number in ``text`` is the answer (``1,234.5``, ``$3``, ``3/4`` ok)."""
         value = parse_number(text)
         if value is None:
             return False
