@@ -1,0 +1,144 @@
+"""SearchQA: answer questions about a fictional world by searching its documents."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from agentgym.envs.tools.env import ToolEnv
+from agentgym.envs.tools.protocol import format_call
+from agentgym.envs.tools.search_qa.kb import generate_kb
+from agentgym.envs.tools.search_qa.questions import (
+    GENERATORS,
+    QUESTION_TYPES,
+    QAQuestion,
+    exact_match,
+    f1_score,
+)
+from agentgym.envs.tools.search_qa.search import SearchIndex, format_documents
+from agentgym.envs.tools.tools import Tool
+
+REWARD_METRICS = ("em", "f1")
+"""Reward of an answer: exact match or token F1 against the gold answer."""
+
+
+class SearchQAEnv(ToolEnv):
+    """SearchQA: answer a question about a fictional world; a search tool finds documents.
+
+    Every seed generates a new world (people, companies, cities and countries
+    with made-up names; see :mod:`agentgym.envs.tools.search_qa.kb`), one
+    document per entity, and a question: single-hop, bridge (two facts in a
+    chain) or comparison. The ``search`` tool returns the ``k`` best documents
+    by BM25. The answer is scored by exact match (default) or token F1 after
+    SQuAD normalization; ``info`` has both.
+
+    Args:
+        question_types: Types to draw from (of
+            :data:`~agentgym.envs.tools.search_qa.questions.QUESTION_TYPES`); default all.
+        reward_metric: ``"em"`` or ``"f1"``.
+        default_k: Documents returned when a search gives no ``k``.
+        max_k: Largest ``k`` a search may ask for.
+        max_turns: Responses per episode.
+        max_tool_calls: Tool calls per episode.
+        **kwargs: :class:`ToolEnv` and :class:`TextEnv` options.
+
+    Raises:
+        ValueError: If a question type or the reward metric is unknown, or
+            ``default_k`` is outside ``[1, max_k]``.
+    """
+
+    def __init__(
+        self,
+        *,
+        question_types: Sequence[str] | None = None,
+        reward_metric: str = "em",
+        default_k: int = 3,
+        max_k: int = 10,
+        max_turns: int = 6,
+        max_tool_calls: int = 8,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(max_turns=max_turns, max_tool_calls=max_tool_calls, **kwargs)
+        types = list(question_types) if question_types is not None else list(QUESTION_TYPES)
+        if not types or any(t not in QUESTION_TYPES for t in types):
+            raise ValueError(
+                f"question_types={types!r} is not supported; choose from {list(QUESTION_TYPES)}"
+            )
+        if reward_metric not in REWARD_METRICS:
+            raise ValueError(
+                f"reward_metric={reward_metric!r} is not supported; valid options: "
+                f"{list(REWARD_METRICS)}"
+            )
+        if not 1 <= default_k <= max_k:
+            raise ValueError(f"default_k must be in [1, max_k={max_k}], got {default_k}")
+        self.question_types = types
+        self.reward_metric = reward_metric
+        self.default_k = default_k
+        self.index: SearchIndex | None = None
+        self.task: QAQuestion | None = None
+        self.last_scores: dict[str, float] = {}
+        parameters = {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "What to search for."},
+                "k": {
+                    "type": "integer",
+                    "description": f"How many documents to return (default {default_k}).",
+                    "minimum": 1,
+                    "maximum": max_k,
+                },
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        }
+        description = "Search the knowledge base; returns the best-matching documents (BM25)."
+        self._tools = {"search": Tool("search", description, parameters, self._search)}
+
+    @property
+    def _rules(self) -> str:
+        return (
+            "Answer the question in the user's message about a fictional world. Facts are only "
+            "in its documents, which the search tool finds; some questions need two searches, "
+            "the second about what the first found."
+        )
+
+    @property
+    def _answer_format(self) -> str:
+        return "the answer only (a name, a place, a year, ...), e.g. <answer>Lakehaven</answer>."
+
+    def _search(self, query: str, k: int | None = None) -> str:
+        if self.index is None:
+            raise RuntimeError("call reset() before using the env")
+        return format_documents(self.index.search(query, k or self.default_k))
+
+    def _new_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        kb = generate_kb(self.np_random)
+        self.index = SearchIndex(kb.documents)
+        kind = self.question_types[int(self.np_random.integers(len(self.question_types)))]
+        self.task = GENERATORS[kind](self.np_random, kb)
+        self.last_scores = {}
+        return f"Question: {self.task.question}", {"question_type": kind}
+
+    def _score(self, answer: str) -> tuple[float, bool]:
+        if self.task is None:
+            return 0.0, False
+        self.last_scores = {
+            "em": exact_match(answer, self.task.answer),
+            "f1": f1_score(answer, self.task.answer),
+        }
+        return self.last_scores[self.reward_metric], self.last_scores["em"] == 1.0
+
+    def _info(self) -> dict[str, Any]:
+        return {**super()._info(), **self.last_scores}
+
+    def oracle_response(self) -> str:
+        """What an expert writes now: the next planned searches, then the answer."""
+        if self.task is None:
+            raise RuntimeError("call reset() before oracle_response()")
+        think = "<think>Search for it.</think>" if self.response_format == "think_answer" else ""
+        done = self.num_tool_calls
+        for queries in self.task.plan:
+            if done == 0:
+                return think + "".join(format_call("search", {"query": q}) for q in queries)
+            done -= len(queries)
+        return f"{think}<answer>{self.task.answer}</answer>"
