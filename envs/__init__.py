@@ -24,4 +24,19 @@ register(
     "agentgym.envs.webshop:WebShopEnv",
     id="agentgym/WebShop-v0",
 )
+register(
+    "math_tool",
+    "agentgym.envs.tools.math_tool:MathToolEnv",
+    id="agentgym/MathTool-v0",
+)
+register(
+    "sql",
+    "agentgym.envs.tools.sql:SQLEnv",
+    id="agentgym/SQL-v0",
+)
+register(
+    "search_qa",
+    "agentgym.envs.tools.search_qa:SearchQAEnv",
+    id="agentgym/SearchQA-v0",
+)
 discover_plugins()
