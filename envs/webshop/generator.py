@@ -31,7 +31,11 @@ from typing import Any
 
 from thefuzz import fuzz  # type: ignore[import-untyped]  # no stubs; mypy config is shared
 
-from agentgym.envs.webshop.normalize import normalize_color, normalize_option_value
+from agentgym.envs.webshop.normalize import (
+    EXACT_MATCH_OPTIONS,
+    normalize_color,
+    normalize_option_value,
+)
 from agentgym.envs.webshop.reward import FUZZY_THRESHOLD
 from agentgym.envs.webshop.text_templates import (
     bullet_point,
@@ -48,7 +52,7 @@ from agentgym.envs.webshop.vocab import (
     ProductType,
 )
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 """Bumped whenever generated catalogs change; part of the cache key."""
 
 _ASIN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -144,9 +148,12 @@ def _draft(rng: random.Random, kind: ProductType, brand: str) -> _Draft:
             options[name] = [v for i, v in enumerate(values) if i in picked]
     low = round(rng.uniform(*kind.price), 2)
     high = round(low * rng.uniform(1.1, 1.6), 2) if rng.random() < 0.3 else None
+    head = rng.choice(kind.heads)
+    # No "Fine Hair Hair Shampoo": the title's attribute shares no word with the head.
+    fitting = [a for a in attributes if not set(a.split()) & set(head.split())] or attributes
     return _Draft(
-        kind, brand, rng.choice(kind.heads), attributes, wanted, options, low, high,
-        title_attribute=rng.choice(attributes),
+        kind, brand, head, attributes, wanted, options, low, high,
+        title_attribute=rng.choice(fitting),
     )  # fmt: skip
 
 
@@ -158,20 +165,31 @@ def _near_duplicate(rng: random.Random, draft: _Draft) -> _Draft | None:
     if draft.options and rng.random() < 0.5:
         name = rng.choice(sorted(draft.options))
         pool = next(v for n, v in (OPTION_POOLS[p] for p in draft.kind.options) if n == name)
-        taken = [normalize_color(normalize_option_value(v)) for v in draft.options[name]]
-        free = [
-            v
-            for v in pool
-            if _distinct(normalize_color(normalize_option_value(v)), taken, exact=name == "Size")
-        ]
+        taken = [_normalized(v) for v in draft.options[name]]
+        # A chosen option scores against *every* goal option value ("8" matches "8 ounce"),
+        # so the changed values must differ from the other options' values too.
+        others = [_normalized(v) for n, vs in draft.options.items() if n != name for v in vs]
+        exact = name.lower() in EXACT_MATCH_OPTIONS
+        if not all(_distinct(t, others, exact=exact) for t in taken):
+            return None
+        free = [v for v in pool if _distinct(_normalized(v), taken + others, exact=exact)]
         if len(free) < 2:
             return None
         sibling.options[name] = rng.sample(free, min(len(free), rng.randint(2, 4)))
-        changed = [normalize_color(normalize_option_value(v)) for v in sibling.options[name]]
+        changed = [_normalized(v) for v in sibling.options[name]]
         if any(_mentions(sibling, v) for v in changed) or any(_mentions(draft, v) for v in taken):
             return None
         return sibling
-    removed = rng.choice(draft.wanted)
+    # The removed attribute must not fuzzy-match the ones the sibling keeps
+    # ("uv resistant" vs "burst resistant" scores 86), nor the added one the original's.
+    removable = [
+        w
+        for w in draft.wanted
+        if _distinct(w, [a for a in draft.attributes if a != w], exact=False)
+    ]
+    if not removable:
+        return None
+    removed = rng.choice(removable)
     unused = [a for a in draft.kind.attributes if a not in draft.attributes]
     candidates = [a for a in unused if _distinct(a, draft.attributes, exact=False)]
     if not candidates:
@@ -184,6 +202,11 @@ def _near_duplicate(rng: random.Random, draft: _Draft) -> _Draft | None:
     if _mentions(sibling, removed) or _mentions(draft, added):
         return None
     return sibling
+
+
+def _normalized(value: str) -> str:
+    """An option value as the reward compares it."""
+    return normalize_color(normalize_option_value(value))
 
 
 def _distinct(value: str, others: list[str], *, exact: bool) -> bool:

@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentgym.envs.webshop.world as world_module
-from agentgym.envs.webshop import World, build_catalog, generate_catalog, load_world
+from agentgym.envs.webshop import (
+    GENERATOR_VERSION,
+    World,
+    build_catalog,
+    generate_catalog,
+    load_world,
+)
 from agentgym.envs.webshop.catalog import Catalog, parse_pricing
 from agentgym.envs.webshop.goals import NO_PRICE_BOUND, GoalSet, _combination, sample_price_upper
 from agentgym.envs.webshop.search import SearchEngine, analyze, document_text
@@ -179,7 +185,7 @@ def test_equal_scores_keep_catalog_order() -> None:
 def test_cache_is_reused_and_written_atomically(tmp_path: Path, monkeypatch) -> None:
     first = load_world(num_products=120, catalog_seed=5, cache_dir=tmp_path)
     entries = sorted(p.name for p in tmp_path.iterdir())
-    assert entries == ["generated-v1-seed5-n120"]
+    assert entries == [f"generated-v{GENERATOR_VERSION}-seed5-n120"]
     assert sorted(p.name for p in (tmp_path / entries[0]).iterdir()) == [
         "bm25-v1",
         "items_human_ins.json",
@@ -203,4 +209,5 @@ def test_cache_is_reused_and_written_atomically(tmp_path: Path, monkeypatch) -> 
 def test_env_var_sets_the_cache_folder(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("AGENTGYM_WEBSHOP_CACHE", str(tmp_path / "from-env"))
     load_world(num_products=30, catalog_seed=9)
-    assert (tmp_path / "from-env" / "generated-v1-seed9-n30" / "items_shuffle.json").is_file()
+    entry = tmp_path / "from-env" / f"generated-v{GENERATOR_VERSION}-seed9-n30"
+    assert (entry / "items_shuffle.json").is_file()
