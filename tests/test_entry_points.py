@@ -26,10 +26,12 @@ def test_eval_solver_succeeds_everywhere(tmp_path: Path, env: str, agent: str, s
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "eval.json").read_text())
-    assert report["summary"]["success_rate"] == success
+    assert report["metrics"][f"{env}/success"] == success
     assert len(report["episodes"]) == 8
-    renders = sorted((tmp_path / "renders").iterdir())
-    assert len(renders) == 4 and "reward" in renders[0].read_text()
+    pages = sorted((tmp_path / "renders").glob("*_seed*.html"))
+    assert len(pages) == 4
+    assert "reward" in pages[0].read_text()
+    assert len(list((tmp_path / "renders").glob("*.gif"))) == 4
 
 
 def test_eval_random_agent_with_env_overrides(tmp_path: Path) -> None:
@@ -40,7 +42,7 @@ def test_eval_random_agent_with_env_overrides(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "eval.json").read_text())
-    assert all(e["steps"] <= 7 for e in report["episodes"])
+    assert all(e["turns"] <= 7 for e in report["episodes"])
     assert not (tmp_path / "renders").exists()
 
 
@@ -50,7 +52,38 @@ def test_eval_unknown_env_and_agent_fail_clearly(tmp_path: Path) -> None:
     )
     assert result.returncode != 0 and "Did you mean 'sokoban'" in result.stderr
     result = run("agentgym.eval", "agent=oracle", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
-    assert result.returncode != 0 and "valid options: ['random', 'solver']" in result.stderr
+    assert result.returncode != 0
+    assert "valid options: ['auto', 'model', 'random', 'solver']" in result.stderr
+
+
+def test_eval_tiny_model_writes_renders_and_a_checkable_dump(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    result = run(
+        "agentgym.eval", "env=sokoban", f"model.path={tiny_model_dir}", "generation=hf",
+        "episodes=3", "max_turns=3", "generation.max_new_tokens=8", "renders=2",
+        "prefix_check=strict", f"hydra.run.dir={tmp_path}",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "on hf" in result.stdout
+    assert len(list((tmp_path / "renders").glob("*.gif"))) == 2
+    assert len(list((tmp_path / "renders").glob("*_seed*.html"))) == 2
+    assert "sokoban_seed" in (tmp_path / "renders" / "index.html").read_text()
+    meta = json.loads((tmp_path / "rollouts" / "meta.json").read_text())
+    assert meta["config"]["episodes"] == 3
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(meta["tokenizer"])
+    lines = (tmp_path / "rollouts" / "rollouts.jsonl").read_text().splitlines()
+    assert len(lines) == 3
+    for line in lines:
+        record = json.loads(line)
+        masked = [t for t, m in zip(record["input_ids"], record["loss_mask"], strict=True) if m]
+        responses = "".join(tokenizer.decode(t["response_ids"]) for t in record["turns"])
+        assert tokenizer.decode(masked) == responses
+        assert len(record["logprobs"]) == len(record["input_ids"])
+        assert {"group_id", "tag", "seed", "success", "termination_reason"} <= set(record)
 
 
 def test_play_solves_a_room_from_typed_actions(tmp_path: Path) -> None:
