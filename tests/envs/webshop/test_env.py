@@ -7,6 +7,8 @@ import json
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import agentgym
 from agentgym.envs.text_env import TEXT_CHARSET
@@ -267,3 +269,26 @@ def test_registered_under_both_names() -> None:
 def test_bad_config_raises(make_env: MakeEnv, kwargs: dict, message: str) -> None:
     with pytest.raises(WebShopConfigError, match=message):
         make_env(**kwargs)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    text=st.one_of(
+        st.text(max_size=120),
+        st.builds(
+            "<answer>{}[{}]</answer>".format,
+            st.sampled_from(["search", "click", "Click", "buy"]),
+            st.text(max_size=40),
+        ),
+    )
+)
+def test_any_model_text_is_a_step_never_an_exception(make_env: MakeEnv, text: str) -> None:
+    env = make_env()
+    before, _ = env.reset(seed=0)
+    observation, reward, terminated, _, info = env.step(text)
+    if not info["action_is_valid"]:
+        assert (observation, reward) == (before, -0.1)
+    else:  # only a search is possible on the first page
+        assert env.state.kind == "results" and not terminated
