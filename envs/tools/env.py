@@ -187,10 +187,14 @@ class ToolEnv(TextEnv):
         return final, played, over_budget
 
     def _clean(self, outcome: ToolOutcome) -> ToolOutcome:
-        text = outcome.text
+        """Sanitize, and cut a long result in the middle: its end often says what went wrong."""
+        text = sanitize(outcome.text)
         if len(text) > self.max_result_chars:
-            text = text[: self.max_result_chars] + "\n[result truncated]"
-        return ToolOutcome(sanitize(text), outcome.ok)
+            tail = min(500, self.max_result_chars // 4)
+            cut = len(text) - self.max_result_chars
+            head = text[: self.max_result_chars - tail]
+            text = f"{head}\n[... {cut} characters cut ...]\n{text[-tail:]}"
+        return ToolOutcome(text, outcome.ok)
 
     @staticmethod
     def _example_call(tool: Tool) -> str:

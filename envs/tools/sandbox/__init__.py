@@ -3,6 +3,7 @@
 from agentgym.envs.tools.sandbox.pool import WorkerPool, default_pool
 from agentgym.envs.tools.sandbox.python import (
     ISOLATION_MODES,
+    IsolationReport,
     PythonSandbox,
     SandboxLimits,
     SandboxResult,
@@ -12,6 +13,7 @@ from agentgym.envs.tools.sandbox.python import (
 
 __all__ = [
     "ISOLATION_MODES",
+    "IsolationReport",
     "PythonSandbox",
     "SandboxLimits",
     "SandboxResult",

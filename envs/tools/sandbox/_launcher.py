@@ -133,17 +133,14 @@ def monitor(request: dict[str, Any]) -> dict[str, Any]:
     Returns:
         ``output`` (bytes, at most ``max_output_bytes``), ``truncated``,
         ``stop`` (``"timeout"``, ``"output_limit"`` or None), ``exit_code``,
-        ``signal``, ``cpu_seconds``, ``wall_seconds`` and, when the sandbox
+        ``signal``, ``cpu_seconds``, ``wall_seconds``, ``namespaces``
+        (``"root"`` or ``"user"``: who created them) and, when the sandbox
         could not be set up, ``setup_error``.
     """
     isolate = bool(request["isolate"])
     privileged = os.geteuid() == 0
     if isolate:
-        flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
-        uid, gid = os.getuid(), os.getgid()
-        _check(_c().unshare(flags if privileged else flags | CLONE_NEWUSER), "unshare")
-        if not privileged:
-            _map_ids(0, uid, gid)
+        privileged = enter_namespaces()
     out_r, out_w = os.pipe()
     status_r, status_w = os.pipe()
     started = time.monotonic()
@@ -170,12 +167,38 @@ def monitor(request: dict[str, Any]) -> dict[str, Any]:
         "signal": os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None,
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
     }
+    if isolate:
+        result["namespaces"] = "root" if privileged else "user"
     if report:  # init's account of the runner; absent when init was killed first
         result.update(marshal.loads(report))
     result.update(
         output=output[:limit], truncated=len(output) > limit, stop=stop, wall_seconds=wall
     )
     return result
+
+
+def enter_namespaces() -> bool:
+    """Unshare the namespaces; the next child forked is pid 1 of the new pid namespace.
+
+    Root with CAP_SYS_ADMIN creates them directly (the code will run as
+    nobody). Anyone else, root without that capability included, creates a
+    user namespace first, as a user other than root: root's processes are
+    exempt from the process-count limit.
+
+    Returns:
+        Whether the namespaces were created with root's privileges.
+    """
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+    if os.geteuid() == 0:
+        if _c().unshare(flags) == 0:
+            return True
+        os.setgroups([])
+        os.setresgid(NOBODY, NOBODY, NOBODY)
+        os.setresuid(NOBODY, NOBODY, NOBODY)
+    uid, gid = os.getuid(), os.getgid()
+    _check(_c().unshare(flags | CLONE_NEWUSER), "unshare")
+    _map_ids(0, uid, gid)
+    return False
 
 
 def _collect(fd: int, deadline: float, limit: int) -> tuple[bytes, str | None]:
@@ -204,9 +227,7 @@ def _kill(pid: int, isolate: bool) -> None:
         if isolate:
             os.kill(pid, SIGKILL)  # pid 1 of its namespace: the kernel kills the rest
         else:
-            os.killpg(
-                pid, SIGKILL
-            )  # init leads its own group; so do its children, unless they left
+            os.killpg(pid, SIGKILL)  # init's group: the code's processes, unless they left it
     except ProcessLookupError:
         pass
 

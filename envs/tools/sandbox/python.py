@@ -44,11 +44,26 @@ logger = logging.getLogger(__name__)
 ISOLATION_MODES = ("auto", "namespaces", "none")
 """Valid ``isolation`` settings: the best available, namespaces or fail, none."""
 
-_PROBE = (
-    "import os, socket\n"
-    "print(sorted(name for _, name in socket.if_nameindex()), os.getcwd(), os.getuid())\n"
-)
-_PROBE_OUTPUT = "['lo'] /work 65534"
+_PROBE_LIMITS_PROCESSES = 8
+# The probe checks the network, the working directory, the user, and that the
+# process limit holds (the kernel does not apply it to host root, which a
+# caller inside someone else's user namespace may be without knowing).
+_PROBE = f"""
+import os, socket, time
+forked = 0
+for _ in range({_PROBE_LIMITS_PROCESSES + 4}):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(10)
+        os._exit(0)
+    forked += 1
+interfaces = sorted(name for _, name in socket.if_nameindex())
+print(interfaces, os.getcwd(), os.getuid(), forked < {_PROBE_LIMITS_PROCESSES})
+"""
+_PROBE_OUTPUT = "['lo'] /work 65534 True"
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -178,23 +193,50 @@ def _interpret(raw: Result, limits: SandboxLimits) -> SandboxResult:
     return SandboxResult(**common, status="error", message=message)
 
 
-@functools.cache
-def probe_isolation(command: tuple[str, ...]) -> str | None:
-    """Try the namespaces once per interpreter command.
+_DETAILS = {
+    "root": "mount, pid, net, ipc and uts namespaces created as root",
+    "user": "an unprivileged user namespace with mount, pid, net, ipc and uts namespaces",
+}
 
-    Returns:
-        None when a test call ran with no network interface but loopback, in
-        ``/work``, as nobody; otherwise why not.
+
+@dataclass(frozen=True)
+class IsolationReport:
+    """Whether namespaces work here, and how.
+
+    Attributes:
+        available: A test call ran with loopback as its only network
+            interface, in ``/work``, as nobody.
+        detail: The isolation in force, or why namespaces are not available.
     """
+
+    available: bool
+    detail: str
+
+
+@functools.cache
+def probe_isolation(command: tuple[str, ...]) -> IsolationReport:
+    """Try the namespaces once per interpreter command (the answer is cached)."""
     with _workdirs(1) as roots:
-        request = {**_request(_PROBE, SandboxLimits(), True, command), "root": roots[0]}
+        limits = SandboxLimits(max_processes=_PROBE_LIMITS_PROCESSES)
+        request = {**_request(_PROBE, limits, True, command), "root": roots[0]}
         raw = run_once(list(command), request)
     if "setup_error" in raw:
-        return str(raw["setup_error"])
+        return IsolationReport(False, str(raw["setup_error"]))
     output = raw.get("output", b"").decode(errors="replace").strip()
+    if output.endswith("False"):
+        return IsolationReport(
+            False, "the process limit is not enforced: the sandbox's user is root on the host"
+        )
     if output != _PROBE_OUTPUT:
-        return f"the probe printed {output!r}, expected {_PROBE_OUTPUT!r}"
-    return None
+        return IsolationReport(False, f"the probe printed {output!r}, expected {_PROBE_OUTPUT!r}")
+    detail = _DETAILS.get(raw.get("namespaces", ""), "namespaces")
+    report = IsolationReport(
+        True,
+        f"{detail}; a read-only root with only the system and Python directories and a "
+        "private /work; the code runs as nobody with no capabilities",
+    )
+    logger.info("Python sandbox isolation: %s", report.detail)
+    return report
 
 
 def _request(code: str, limits: SandboxLimits, isolate: bool, command: Sequence[str]) -> Request:
@@ -247,6 +289,7 @@ class PythonSandbox:
 
     Attributes:
         isolation: The isolation in force: ``"namespaces"`` or ``"none"``.
+        isolation_detail: What that means on this machine, in a sentence.
 
     Raises:
         ValueError: If ``isolation`` is not one of :data:`ISOLATION_MODES`.
@@ -271,13 +314,15 @@ class PythonSandbox:
         self.limits = limits or SandboxLimits()
         self._command = launcher_command(sys.executable, site_packages)
         self._pool = pool
-        reason = None if isolation == "none" else probe_isolation(tuple(self._command))
-        if reason is None and isolation != "none":
+        probe = None if isolation == "none" else probe_isolation(tuple(self._command))
+        reason = "isolation='none' was requested" if probe is None else probe.detail
+        if probe is not None and probe.available:
             self.isolation = "namespaces"
+            self.isolation_detail = probe.detail
         elif isolation == "namespaces" or not allow_no_network_isolation:
             raise SandboxUnavailableError(
                 "The Python sandbox needs network isolation, and this machine does not allow "
-                f"unprivileged user/network/mount namespaces ({reason or 'isolation=none'}). "
+                f"unprivileged user/network/mount namespaces ({reason}). "
                 "Enable them (sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu "
                 "kernel.apparmor_restrict_unprivileged_userns=0; in Docker, run with a seccomp "
                 "profile that allows unshare), or pass allow_no_network_isolation=True to run "
@@ -285,7 +330,11 @@ class PythonSandbox:
             )
         else:
             self.isolation = "none"
-            logger.warning("Python sandbox running WITHOUT namespaces: %s", reason or "requested")
+            self.isolation_detail = (
+                f"none ({reason}): resource limits, an empty environment and a temporary "
+                "directory only; the code can use the network and see the host's files"
+            )
+            logger.warning("Python sandbox running WITHOUT namespaces: %s", reason)
 
     def run(self, code: str) -> SandboxResult:
         """Run one piece of code; never raises because of what the code does."""
