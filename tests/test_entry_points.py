@@ -80,7 +80,7 @@ def test_eval_tiny_model_writes_renders_and_a_checkable_dump(
     for line in lines:
         record = json.loads(line)
         masked = [t for t, m in zip(record["input_ids"], record["loss_mask"], strict=True) if m]
-        responses = "".join(tokenizer.decode(t["response_ids"]) for t in record["turns"])
+        responses = "".join(str(tokenizer.decode(t["response_ids"])) for t in record["turns"])
         assert tokenizer.decode(masked) == responses
         assert len(record["logprobs"]) == len(record["input_ids"])
         assert {"group_id", "tag", "seed", "success", "termination_reason"} <= set(record)

@@ -118,7 +118,7 @@ def test_misspelled_name_suggests_the_right_one() -> None:
     with pytest.raises(agentgym.UnknownEnvError, match="'agentgym/Sokoban-v0'"):
         agentgym.make("agentgym/Sokoban-v1")
     with pytest.raises(agentgym.UnknownEnvError, match="Registered envs") as excinfo:
-        agentgym.make("webshop-xyz")
+        agentgym.make("nonexistent-xyz")
     assert "Did you mean" not in str(excinfo.value)
 
 

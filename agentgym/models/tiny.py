@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agentgym.models.templates import TEMPLATES
 
@@ -56,7 +57,7 @@ class TinyModelSpec:
     seed: int = 0
 
 
-def build_tokenizer(corpus: Iterable[str], vocab_size: int, chat_template: str) -> object:
+def build_tokenizer(corpus: Iterable[str], vocab_size: int, chat_template: str) -> Any:
     """Train a byte-level BPE tokenizer on ``corpus`` and wrap it for transformers.
 
     Args:
@@ -100,7 +101,7 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int, chat_template: str) 
     return fast
 
 
-def build_model(tokenizer: object, spec: TinyModelSpec) -> object:
+def build_model(tokenizer: Any, spec: TinyModelSpec) -> Any:
     """A randomly initialised ``Qwen2ForCausalLM`` sized by ``spec`` for ``tokenizer``.
 
     Raises:
@@ -116,7 +117,7 @@ def build_model(tokenizer: object, spec: TinyModelSpec) -> object:
             "for vLLM's CPU attention"
         )
     config = Qwen2Config(
-        vocab_size=len(tokenizer),  # type: ignore[arg-type]
+        vocab_size=len(tokenizer),
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
         num_hidden_layers=spec.num_hidden_layers,
@@ -124,9 +125,9 @@ def build_model(tokenizer: object, spec: TinyModelSpec) -> object:
         num_key_value_heads=spec.num_key_value_heads,
         max_position_embeddings=spec.max_position_embeddings,
         tie_word_embeddings=False,
-        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),  # type: ignore[attr-defined]
-        eos_token_id=tokenizer.eos_token_id,  # type: ignore[attr-defined]
-        pad_token_id=tokenizer.pad_token_id,  # type: ignore[attr-defined]
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(spec.seed)
     return Qwen2ForCausalLM(config).eval()
@@ -144,6 +145,6 @@ def build_tiny_model(corpus: Iterable[str], spec: TinyModelSpec, path: str | Pat
     path = Path(path)
     tokenizer = build_tokenizer(corpus, spec.vocab_size, spec.chat_template)
     model = build_model(tokenizer, spec)
-    model.save_pretrained(path)  # type: ignore[attr-defined]
-    tokenizer.save_pretrained(path)  # type: ignore[attr-defined]
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
     return path
