@@ -80,6 +80,11 @@ def build_policy(cfg: DictConfig, env: TextEnv) -> tuple[GenerationBackend, Any,
         return ScriptedBackend(tokenizer, agent, seed=cfg.seed), tokenizer, f"scripted {agent}"
     if not cfg.model.path:
         raise ValueError("agent=model needs model.path (a Hugging Face model folder)")
+    if not (Path(cfg.model.path) / "config.json").is_file():
+        raise FileNotFoundError(
+            f"model.path={cfg.model.path!r} is not a model folder (no config.json); "
+            "models are loaded from local folders, never downloaded"
+        )
     from transformers import AutoTokenizer
 
     generation = cfg.generation

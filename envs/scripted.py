@@ -88,6 +88,11 @@ class RandomAgent:
         return None
 
     def act(self, env: TextEnv) -> str:
+        if not env.action_names:
+            raise TypeError(
+                f"{type(env).__name__} has no fixed action vocabulary for agent=random; "
+                "use agent=solver or a model"
+            )
         name = env.action_names[int(self._rng.integers(len(env.action_names)))]
         return format_response([name], env.response_format, think="random")
 

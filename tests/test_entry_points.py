@@ -51,25 +51,35 @@ def test_eval_unknown_env_and_agent_fail_clearly(tmp_path: Path) -> None:
         "agentgym.eval", "env=sokoban", "env.name=sokobn", f"hydra.run.dir={tmp_path}", cwd=tmp_path
     )
     assert result.returncode != 0 and "Did you mean 'sokoban'" in result.stderr
+    result = run(
+        "agentgym.eval", "model.path=/no/such/model", f"hydra.run.dir={tmp_path}", cwd=tmp_path
+    )
+    assert result.returncode != 0
+    assert "is not a model folder" in result.stderr
     result = run("agentgym.eval", "agent=oracle", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
     assert result.returncode != 0
     assert "valid options: ['auto', 'model', 'random', 'solver']" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("env", "model"), [("sokoban", "tiny_model_dir"), ("math_tool", "qwen_model_dir")]
+)
 def test_eval_tiny_model_writes_renders_and_a_checkable_dump(
-    tmp_path: Path, tiny_model_dir: Path
+    tmp_path: Path, env: str, model: str, request: pytest.FixtureRequest
 ) -> None:
+    model_dir = request.getfixturevalue(model)
     result = run(
-        "agentgym.eval", "env=sokoban", f"model.path={tiny_model_dir}", "generation=hf",
+        "agentgym.eval", f"env={env}", f"model.path={model_dir}", "generation=hf",
         "episodes=3", "max_turns=3", "generation.max_new_tokens=8", "renders=2",
         "prefix_check=strict", f"hydra.run.dir={tmp_path}",
         cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "on hf" in result.stdout
-    assert len(list((tmp_path / "renders").glob("*.gif"))) == 2
+    if env == "sokoban":  # the tool env has no pictures, only transcripts
+        assert len(list((tmp_path / "renders").glob("*.gif"))) == 2
     assert len(list((tmp_path / "renders").glob("*_seed*.html"))) == 2
-    assert "sokoban_seed" in (tmp_path / "renders" / "index.html").read_text()
+    assert f"{env}_seed" in (tmp_path / "renders" / "index.html").read_text()
     meta = json.loads((tmp_path / "rollouts" / "meta.json").read_text())
     assert meta["config"]["episodes"] == 3
     from transformers import AutoTokenizer
@@ -84,6 +94,8 @@ def test_eval_tiny_model_writes_renders_and_a_checkable_dump(
         assert tokenizer.decode(masked) == responses
         assert len(record["logprobs"]) == len(record["input_ids"])
         assert {"group_id", "tag", "seed", "success", "termination_reason"} <= set(record)
+        assert record["prefix_drift"] is None
+        assert bool(record["tools"]) == (env == "math_tool")
 
 
 def test_play_solves_a_room_from_typed_actions(tmp_path: Path) -> None:
