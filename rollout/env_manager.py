@@ -38,12 +38,14 @@ class EnvSlot:
 
     Attributes:
         env: The env (unwrapped :class:`TextEnv`).
+        name: The registered env name it was made from.
         tag: Its tag.
         group_index: Index of its group within the manager.
         index: Its index within the manager.
     """
 
     env: TextEnv
+    name: str
     tag: str
     group_index: int
     index: int
@@ -133,8 +135,8 @@ class EnvManager:
                 self.group_tags.append(tag)
                 for _ in range(group_size):
                     env = _make(config.name, kwargs, render_mode)
-                    self.slots.append(EnvSlot(env, tag, group_index, len(self.slots)))
-        self.env_names = {tag: configs.get(tag, EnvConfig(tag)).name for tag in dict.fromkeys(tags)}
+                    slot = EnvSlot(env, config.name, tag, group_index, len(self.slots))
+                    self.slots.append(slot)
 
     @property
     def num_groups(self) -> int:

@@ -151,7 +151,7 @@ class _EpisodeRunner:
     async def run(self, assignment: Assignment) -> Trajectory:
         env = assignment.slot.env
         trajectory = Trajectory(
-            env_name=type(env).__name__,
+            env_name=assignment.slot.name,
             tag=assignment.slot.tag,
             group_id=assignment.group_id,
             seed=assignment.seed,

@@ -151,6 +151,7 @@ def test_a_crashing_env_fails_only_its_trajectory(tiny_tokenizer: Any) -> None:
         result, _ = run(manager, ScriptedBackend(tiny_tokenizer), tiny_tokenizer, max_turns=30)
     crashed = [t for t in result.trajectories if t.tag == "crash_count"]
     assert len(crashed) == 1
+    assert crashed[0].env_name == "crash_count"
     assert crashed[0].termination_reason == "env_error"
     assert "the env crashed" in (crashed[0].error or "")
     assert len(crashed[0].turns) == 2  # the turn that crashed the env and the one before
