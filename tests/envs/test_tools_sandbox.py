@@ -92,7 +92,7 @@ def test_a_normal_call_runs_isolated_in_an_empty_directory(
     )
     result, info, _ = run(env, code)
     assert result.splitlines()[:2] == [
-        "1 ['HOME', 'PATH', 'TMPDIR'] [] /work",
+        "1 ['HOME', 'PATH', 'TMPDIR'] [] /home/sandbox",
         "['lo']",
     ]
     assert info["action_is_valid"] is True and env.sandbox.isolation == "namespaces"
@@ -293,6 +293,13 @@ def test_without_namespaces_the_sandbox_refuses_unless_allowed(
     assert sandbox.isolation == "none"
     result = sandbox.run("import os\nprint(sorted(os.environ))")
     assert result.ok and result.output.strip() == "['HOME', 'PATH', 'TMPDIR']"
+
+
+def test_site_packages_are_importable_only_when_allowed() -> None:
+    code = "import numpy\nprint(numpy.__name__)"
+    assert "ModuleNotFoundError" in PythonSandbox().run(code).output
+    result = PythonSandbox(site_packages=True).run(code)
+    assert (result.ok, result.output.strip()) == (True, "numpy")
 
 
 def test_bad_configuration_raises() -> None:

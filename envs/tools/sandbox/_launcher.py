@@ -14,11 +14,11 @@ Isolated mode, processes and what each one does::
       │       everything left in the pid namespace with it
       └─ init     pid 1 of the new pid namespace: mounts a new root (a tmpfs with
            │      read-only binds of /usr and the Python installation, /dev
-           │      nodes, a fresh /proc, a size-capped writable /work) and
+           │      nodes, a fresh /proc, a size-capped writable home) and
            │      pivots into it, detaching the host's root; drops every
            │      privilege (setuid nobody when started as root, else a nested
            │      user namespace that locks the mounts); reaps orphans
-           └─ runner  resource limits, empty environment, cwd /work, runs the code
+           └─ runner  resource limits, empty environment, cwd /home/sandbox, runs the code
 
 Without isolation (``isolate`` false) the monitor forks the same two processes
 in the host's namespaces, and the runner works in the parent's empty temporary
@@ -70,7 +70,7 @@ _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, 
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 DEVICES = ("null", "zero", "full", "random", "urandom")
-WORKDIR = "/work"
+WORKDIR = "/home/sandbox"
 ENVIRONMENT = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORKDIR, "TMPDIR": WORKDIR}
 SETUP_FAILED = 125
 
@@ -312,21 +312,13 @@ def build_root(request: dict[str, Any], privileged: bool) -> None:
 
     Only what the code needs is visible, read-only: the system directories,
     the Python installation, a few /dev nodes and a fresh /proc of the new pid
-    namespace. ``/work`` (also at ``/tmp``) is the only writable place, a
-    tmpfs of ``tmpfs_bytes`` that vanishes with the namespace.
+    namespace. The home directory (also at ``/tmp``) is the only writable
+    place, a tmpfs of ``tmpfs_bytes`` that vanishes with the namespace.
     """
     root = request["root"]
-    owner = NOBODY if privileged else 0  # the code's user, as seen from this namespace
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    read_only = [root]
-    for path in [*SYSTEM_DIRS, *request["ro_binds"]]:
-        if os.path.islink(path):
-            os.symlink(os.readlink(path), root + path)
-        elif os.path.isdir(path) and not os.path.exists(root + path):
-            os.makedirs(root + path)
-            _mount(path, root + path, None, MS_BIND | MS_REC)
-            read_only.append(root + path)
+    read_only = [root, *_bind_host_dirs(root, [*SYSTEM_DIRS, *request["ro_binds"]])]
     os.makedirs(root + "/dev")
     for name in DEVICES:
         target = f"{root}/dev/{name}"
@@ -338,17 +330,13 @@ def build_root(request: dict[str, Any], privileged: bool) -> None:
     os.symlink("/proc/self/fd", f"{root}/dev/fd")
     os.makedirs(root + "/proc")
     _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for path in (WORKDIR, "/tmp"):
-        os.makedirs(root + path)
-    size = int(request["tmpfs_bytes"])
-    _mount(
-        "tmpfs",
-        root + WORKDIR,
-        "tmpfs",
-        MS_NOSUID | MS_NODEV,
-        f"size={size},mode=0700,uid={owner},gid={owner}",
-    )
-    _mount(root + WORKDIR, root + "/tmp", None, MS_BIND)
+    owner = NOBODY if privileged else 0  # the code's user, as seen from this namespace
+    options = f"size={int(request['tmpfs_bytes'])},mode=0700,uid={owner},gid={owner}"
+    os.makedirs(root + WORKDIR)
+    _mount("tmpfs", root + WORKDIR, "tmpfs", MS_NOSUID | MS_NODEV, options)
+    if not os.path.exists(root + "/tmp"):  # unless a host directory is bound under /tmp
+        os.makedirs(root + "/tmp")
+        _mount(root + WORKDIR, root + "/tmp", None, MS_BIND)
     for target in read_only:
         flags = os.statvfs(target).f_flag & _LOCKED_FLAGS
         _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags)
@@ -360,6 +348,21 @@ def build_root(request: dict[str, Any], privileged: bool) -> None:
     _check(_c().umount2(b".", MNT_DETACH), "detach the host's root")
     os.chdir(WORKDIR)
     _c().sethostname(b"sandbox", 7)
+
+
+def _bind_host_dirs(root: str, paths: list[str]) -> list[str]:
+    """Bind host directories at the same paths under ``root``; return the mount points."""
+    mounted = []
+    for path in paths:
+        if path == WORKDIR or path.startswith((WORKDIR + "/", "/proc/", "/dev/")):
+            raise SetupError(f"cannot bind {path}: the sandbox has its own {path}")
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), root + path)
+        elif os.path.isdir(path) and not os.path.exists(root + path):
+            os.makedirs(root + path)
+            _mount(path, root + path, None, MS_BIND | MS_REC)
+            mounted.append(root + path)
+    return mounted
 
 
 def drop_privileges(privileged: bool, isolate: bool) -> None:

@@ -7,12 +7,13 @@ code started, and its output truncated. Where the kernel allows it (the
 default on Debian and most CI machines), the process also gets its own
 network, mount, pid, IPC and UTS namespaces: no network at all, a read-only
 root holding only the system directories and the Python installation, an
-empty writable ``/work`` that vanishes afterwards, and no view of the host's
-processes. See :mod:`agentgym.envs.tools.sandbox._launcher` for the details.
+empty writable home directory (``/home/sandbox``, also the working directory)
+that vanishes afterwards, and no view of the host's processes. See
+:mod:`agentgym.envs.tools.sandbox._launcher` for the details.
 
 Without namespaces the sandbox refuses to start unless it is told
 ``allow_no_network_isolation=True``; then the code runs with the limits, the
-empty environment and the temporary directory only.
+empty environment and a temporary working directory only.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ for _ in range({_PROBE_LIMITS_PROCESSES + 4}):
 interfaces = sorted(name for _, name in socket.if_nameindex())
 print(interfaces, os.getcwd(), os.getuid(), forked < {_PROBE_LIMITS_PROCESSES})
 """
-_PROBE_OUTPUT = "['lo'] /work 65534 True"
+_PROBE_OUTPUT = "['lo'] /home/sandbox 65534 True"
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -79,7 +80,7 @@ class SandboxLimits:
         wall_seconds: Wall-clock time before everything the call started is killed.
         memory_mb: Address-space limit of each process, in MiB.
         file_size_mb: Largest file the code may write, in MiB.
-        disk_mb: Size of the writable ``/work`` tmpfs, in MiB (namespaces only).
+        disk_mb: Size of the writable home tmpfs, in MiB (namespaces only).
         max_processes: Processes (and threads) the code may have at once.
         max_open_files: Open file descriptors per process.
         max_output_bytes: Output kept from stdout and stderr; the process is
@@ -205,7 +206,7 @@ class IsolationReport:
 
     Attributes:
         available: A test call ran with loopback as its only network
-            interface, in ``/work``, as nobody.
+            interface, in ``/home/sandbox``, as nobody.
         detail: The isolation in force, or why namespaces are not available.
     """
 
@@ -233,7 +234,7 @@ def probe_isolation(command: tuple[str, ...]) -> IsolationReport:
     report = IsolationReport(
         True,
         f"{detail}; a read-only root with only the system and Python directories and a "
-        "private /work; the code runs as nobody with no capabilities",
+        "private home directory; the code runs as nobody with no capabilities",
     )
     logger.info("Python sandbox isolation: %s", report.detail)
     return report
