@@ -258,7 +258,7 @@ def test_ctypes_cannot_undo_the_confinement(env: MathToolEnv) -> None:
 
 def test_calls_of_one_turn_run_concurrently_and_in_order(env: MathToolEnv) -> None:
     env.reset(seed=0)
-    code = "import time\nstart = time.time()\ntime.sleep(0.3)\nprint({i}, start, time.time())"
+    code = "import time\nstart = time.time()\ntime.sleep(1)\nprint({i}, start, time.time())"
     turn = "".join(format_call("python", {"code": code.format(i=i)}) for i in range(2))
     *_, info = env.step(turn)
     spans = [tuple(map(float, r.split())) for r in info["tool_results"]]
