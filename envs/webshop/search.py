@@ -108,7 +108,10 @@ class SearchEngine:
 
     def scores(self, keywords: str) -> np.ndarray:
         """``[N]`` BM25 score of every product for ``keywords`` (repeated terms count again)."""
-        ids = [self._vocab[t] for t in analyze(keywords) if t in self._vocab]
+        # bm25s keeps "" in its vocabulary with no postings row; skip it (and any such id)
+        rows = len(self._indptr) - 1
+        ids = [self._vocab[t] for t in analyze(keywords) if t and t in self._vocab]
+        ids = [i for i in ids if i < rows]
         if not ids:
             return np.zeros(self.num_docs, dtype=np.float64)
         term = np.asarray(ids, dtype=np.int64)

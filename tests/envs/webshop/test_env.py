@@ -292,3 +292,12 @@ def test_any_model_text_is_a_step_never_an_exception(make_env: MakeEnv, text: st
         assert (observation, reward) == (before, -0.1)
     else:  # only a search is possible on the first page
         assert env.state.kind == "results" and not terminated
+
+
+def test_a_query_that_analyzes_to_nothing_finds_nothing() -> None:
+    """Found by hypothesis: "S" analyzes to the empty token, which bm25s keeps
+    in its vocabulary without a postings row."""
+    env = agentgym.make("webshop").unwrapped
+    env.reset(seed=0)
+    _, _, _, _, info = env.step("<answer>search[S]</answer>")
+    assert info["action_is_valid"]
