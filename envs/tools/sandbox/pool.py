@@ -185,6 +185,16 @@ _DEFAULT_POOL: WorkerPool | None = None
 _DEFAULT_LOCK = threading.Lock()
 
 
+def _forget_default_pool() -> None:
+    """In a forked child the parent's worker threads and zygote pipes are not ours."""
+    global _DEFAULT_POOL, _DEFAULT_LOCK
+    _DEFAULT_POOL = None
+    _DEFAULT_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_default_pool)
+
+
 def default_pool() -> WorkerPool:
     """The process-wide pool shared by every sandbox that is not given its own."""
     global _DEFAULT_POOL
