@@ -41,8 +41,9 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
 
 
 def to_response(line: str, env: TextEnv) -> str:
-    """A typed line as a model response: bare action names are wrapped in the env's format."""
-    if "<answer>" in line.lower():
+    """A typed line as a model response: bare action names are wrapped in the env's format;
+    lines with markup (``<answer>``, ``<think>``, ``<tool_call>``) pass unchanged."""
+    if any(tag in line.lower() for tag in ("<answer>", "<think>", "<tool_call>")):
         return line
     return format_response([part.strip() for part in line.split("||")], env.response_format)
 
@@ -75,8 +76,12 @@ def play(env: TextEnv, seed: int, stdin: TextIO, stdout: TextIO) -> None:
         if line in (":q", ":quit", "quit", "exit"):
             return
         if line == ":hint":
+            oracle = getattr(env, "oracle_response", None)
             solve = getattr(env, "solve", None)
-            say(f"plan: {solve()}" if solve else "this env has no solver")
+            if callable(oracle):
+                say(f"expert: {oracle()}")
+            else:
+                say(f"plan: {solve()}" if solve else "this env has no solver")
             continue
         if line == ":reset":
             seed += 1

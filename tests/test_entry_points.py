@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,3 +124,21 @@ def test_play_reports_bad_arguments(tmp_path: Path) -> None:
     assert result.returncode == 0
     grid = result.stdout.split("[seed 0]\n")[1].split("\naction>")[0].split("\n")
     assert len(grid) == 6 and all(len(row) == 6 for row in grid) and grid[0][0] == "P"
+
+
+def test_play_passes_tool_calls_through_and_hints_with_the_oracle(tmp_path: Path) -> None:
+    from agentgym.play import to_response
+
+    env = agentgym_make_text("math_tool")
+    call = '<tool_call>{"name": "python", "arguments": {"code": "print(2)"}}</tool_call>'
+    assert to_response(call, env) == call
+    assert to_response("Up", env) == "<answer>Up</answer>"
+    result = run("agentgym.play", "math_tool", "--seed", "2", cwd=tmp_path, stdin=":hint\n:q\n")
+    assert result.returncode == 0, result.stderr
+    assert "expert: <tool_call>" in result.stdout
+
+
+def agentgym_make_text(name: str) -> Any:
+    import agentgym
+
+    return agentgym.make(name).unwrapped
