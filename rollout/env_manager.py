@@ -74,7 +74,8 @@ class EnvManager:
         env_groups: Number of groups per round.
         group_size: Envs per group (GRPO's G); all reset with the group's seed.
         n_groups: Groups per tag (sums to ``env_groups``); default an even split.
-        env_configs: Tag → :class:`EnvConfig` for tags that are not plain env names.
+        env_configs: Tag → :class:`EnvConfig` (or a ``{name, kwargs}`` mapping, as
+            in a YAML config) for tags that are not plain env names.
         seed: The experiment seed.
         fixed_seeds: Reuse the same seeds every round (validation) instead of
             advancing the cursor (training).
@@ -94,7 +95,7 @@ class EnvManager:
         env_groups: int,
         group_size: int,
         n_groups: Sequence[int] | None = None,
-        env_configs: Mapping[str, EnvConfig] | None = None,
+        env_configs: Mapping[str, EnvConfig | Mapping[str, Any]] | None = None,
         seed: int = 0,
         fixed_seeds: bool = False,
         max_traj_per_env: int = 1,
@@ -117,7 +118,10 @@ class EnvManager:
                 f"n_groups={list(n_groups)} must give a count >= 0 for each of the tags "
                 f"{list(tags)} summing to env_groups={env_groups}"
             )
-        configs = dict(env_configs or {})
+        configs = {
+            tag: config if isinstance(config, EnvConfig) else EnvConfig(**config)
+            for tag, config in (env_configs or {}).items()
+        }
         self.seed = seed
         self.fixed_seeds = fixed_seeds
         self.group_size = group_size

@@ -236,3 +236,44 @@ def test_rollout_batch_pads_and_aligns(tiny_tokenizer: Any, hf_model: Any) -> No
     assert (batch.old_logprobs[batch.loss_mask == 1] < 0).all()
     assert batch.group_ids.tolist() == [t.group_id for t in result.trajectories]
     assert batch.scores.tolist() == pytest.approx([t.score for t in result.trajectories])
+
+
+def test_train_and_val_managers_are_built_from_a_roll_style_config() -> None:
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.create(
+        """
+        seed: 42
+        custom_envs:
+          SmallSokoban: {name: sokoban, kwargs: {dim_room: [6, 6], max_steps: 10}}
+          Lake: {name: frozen_lake, kwargs: {size: 4}}
+        train_env_manager:
+          _target_: agentgym.rollout.env_manager.EnvManager
+          tags: [SmallSokoban, Lake]
+          n_groups: [3, 1]
+          env_groups: 4
+          group_size: 8
+          format_penalty: -0.05
+          env_configs: ${custom_envs}
+          seed: ${seed}
+        val_env_manager:
+          _target_: agentgym.rollout.env_manager.EnvManager
+          tags: [SmallSokoban, Lake]
+          env_groups: 16
+          group_size: 1
+          env_configs: ${custom_envs}
+          seed: ${seed}
+          fixed_seeds: true
+        """
+    )
+    train = instantiate(config.train_env_manager, _convert_="all")
+    val = instantiate(config.val_env_manager, _convert_="all")
+    assert len(train.slots) == 32
+    assert train.group_tags == ["SmallSokoban"] * 3 + ["Lake"]
+    assert train.slots[0].env.format_penalty == -0.05
+    assert train.slots[0].env.max_steps == 10
+    assert train.slots[-1].name == "frozen_lake"
+    assert val.group_tags == ["SmallSokoban"] * 8 + ["Lake"] * 8
+    with pytest.raises(ValueError, match="n_groups"):
+        EnvManager(tags=["sokoban", "frozen_lake"], n_groups=[3], env_groups=4, group_size=1)
