@@ -74,6 +74,7 @@ class Trajectory:
         tag: The env tag of the manager config (names an env + kwargs).
         group_id: Unique across the batch; all trajectories of a GRPO group share it.
         seed: The seed the env was reset with.
+        env_index: The env's index in its manager (orders trajectories within a group).
         mode: ``"trajectory"`` (one sample per episode) or ``"step"`` (one per turn).
         messages: The conversation (``role``/``content`` dicts), system prompt first.
         tools: The tool schemas given to the chat template (empty for most envs).
@@ -94,6 +95,7 @@ class Trajectory:
     tag: str
     group_id: int
     seed: int
+    env_index: int = 0
     mode: str = "trajectory"
     messages: list[dict[str, str]] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)

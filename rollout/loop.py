@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from agentgym.envs.text_env import TextEnv
 from agentgym.rollout.backends.base import GenerationBackend, SamplingParams
 from agentgym.rollout.chat import PREFIX_CHECK_MODES, ChatTokenizer, Message, report_drift
@@ -124,7 +126,8 @@ async def collect(
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     trajectories = sorted(
-        (t for env_trajectories in per_env for t in env_trajectories), key=lambda t: t.group_id
+        (t for env_trajectories in per_env for t in env_trajectories),
+        key=lambda t: (t.group_id, t.env_index),
     )
     return RolloutResult(trajectories, rollout_metrics(trajectories))
 
@@ -155,6 +158,7 @@ class _EpisodeRunner:
             tag=assignment.slot.tag,
             group_id=assignment.group_id,
             seed=assignment.seed,
+            env_index=assignment.slot.index,
             mode=self.config.mode,
             policy_version=self.policy_version,
         )
@@ -200,8 +204,16 @@ class _EpisodeRunner:
             if len(prompt) + config.sampling.max_new_tokens > config.sequence_length:
                 trajectory.termination_reason = "max_length"
                 return
+            sampling = config.sampling
+            if sampling.seed is not None:  # one stream per group, env and turn: batching-proof
+                sampling = replace(
+                    sampling,
+                    seed=request_seed(
+                        sampling.seed, trajectory.group_id, trajectory.env_index, turn_index
+                    ),
+                )
             try:
-                generation = await self.backend.generate(prompt, config.sampling, env=env)
+                generation = await self.backend.generate(prompt, sampling, env=env)
             except Exception:
                 trajectory.termination_reason = "generation_error"
                 trajectory.error = traceback.format_exc(limit=5)
@@ -287,6 +299,16 @@ class _EpisodeRunner:
         trajectory.prefix_drift = result.drift
         trajectory.retokenized = not result.exact
         report_drift(result, self.config.prefix_check, f"{trajectory.tag} seed {trajectory.seed}")
+
+
+def request_seed(base: int, group_id: int, env_index: int, turn: int) -> int:
+    """A sampling seed for one request, derived from the run's seed and its position.
+
+    Members of a group get different seeds (their samples must differ); the
+    same request in a resumed run gets the same seed.
+    """
+    state = np.random.SeedSequence([base, group_id, env_index, turn]).generate_state(1)
+    return int(state[0] & 0x7FFFFFFF)
 
 
 def _observation_messages(observation: str, info: dict[str, Any]) -> list[Message]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -81,13 +81,18 @@ class HFBackend:
             await self._wakeup.wait()
             self._wakeup.clear()
             while self._pending:
-                params = self._pending[0].params
-                batch = [r for r in self._pending if r.params == params][: self.max_batch_size]
+                # requests that differ only in their seed share a batch (one generator per row)
+                params = replace(self._pending[0].params, seed=None)
+                batch = [r for r in self._pending if replace(r.params, seed=None) == params]
+                batch = batch[: self.max_batch_size]
                 self._pending = [r for r in self._pending if all(r is not b for b in batch)]
                 try:
                     async with self._lock:
                         results = await asyncio.to_thread(
-                            self._generate_batch, [r.prompt_ids for r in batch], params
+                            self._generate_batch,
+                            [r.prompt_ids for r in batch],
+                            params,
+                            [r.params.seed for r in batch],
                         )
                 except Exception as error:  # the engine failed: every waiting request learns why
                     for request in batch:
@@ -100,43 +105,60 @@ class HFBackend:
                         request.future.set_result(result)
 
     @torch.no_grad()
-    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        from transformers import GenerationConfig
+    def _generate_batch(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None]
+    ) -> list[Generation]:
+        """Sample a left-padded batch with a KV cache, token by token.
+
+        Each row with a seed draws from its own generator, so its sample does
+        not depend on which other requests share the batch.
+        """
+        from transformers import DynamicCache
 
         device = next(self.model.parameters()).device
-        width = max(len(p) for p in prompts)
+        rows, width = len(prompts), max(len(p) for p in prompts)
         input_ids = torch.tensor(
             [[self.pad_token_id] * (width - len(p)) + p for p in prompts], device=device
         )  # [B, P]
         attention_mask = torch.tensor(
             [[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device
         )  # [B, P]
-        stop = list(params.stop_token_ids)
-        config = GenerationConfig(
-            do_sample=params.temperature > 0,
-            temperature=params.temperature if params.temperature > 0 else None,
-            top_p=params.top_p if params.temperature > 0 else None,
-            top_k=max(params.top_k, 0) if params.temperature > 0 else None,
-            max_new_tokens=params.max_new_tokens,
-            eos_token_id=stop or None,
-            pad_token_id=self.pad_token_id,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
-        out = self.model.generate(
-            input_ids=input_ids, attention_mask=attention_mask, generation_config=config
-        )
-        new_ids = out.sequences[:, width:]  # [B, N]
-        logits = torch.stack(out.logits, dim=1).float()  # [B, N, V]
-        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new_ids[..., None])[..., 0]
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+        generators = _generators(seeds, device)
+        stop = torch.tensor(sorted(set(params.stop_token_ids)) or [-1], device=device)
+        cache = DynamicCache()
+        tokens: list[torch.Tensor] = []
+        logprobs: list[torch.Tensor] = []
+        finished = torch.zeros(rows, dtype=torch.bool, device=device)
+        for _ in range(params.max_new_tokens):
+            logits = (
+                self.model(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    position_ids=position_ids,
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                .logits[:, -1]
+                .float()
+            )  # [B, V]
+            next_ids = _sample(logits, params, generators)  # [B]
+            tokens.append(next_ids)
+            logprobs.append(torch.log_softmax(logits, -1).gather(-1, next_ids[:, None])[:, 0])
+            finished |= torch.isin(next_ids, stop)
+            if bool(finished.all()):
+                break
+            input_ids = next_ids[:, None]
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(rows, 1)], -1)
+            position_ids = position_ids[:, -1:] + 1
+        new_ids = torch.stack(tokens, 1).tolist()  # [B, N]
+        new_logprobs = torch.stack(logprobs, 1).tolist()  # [B, N]
+        stop_set = set(params.stop_token_ids)
         results = []
-        stop_set = set(stop)
-        for row_ids, row_logprobs in zip(new_ids.tolist(), logprobs.tolist(), strict=True):
+        for row_ids, row_logprobs in zip(new_ids, new_logprobs, strict=True):
             end = next((i + 1 for i, t in enumerate(row_ids) if t in stop_set), None)
             finish = "stop" if end is not None else "length"
-            end = end or params.max_new_tokens
+            end = end or len(row_ids)
             results.append(Generation(row_ids[:end], row_logprobs[:end], finish))
         return results
 
@@ -157,3 +179,37 @@ class HFBackend:
         if self._worker is not None:
             self._worker.cancel()
             self._worker = None
+
+
+def _generators(seeds: list[int | None], device: torch.device) -> list[torch.Generator] | None:
+    """One generator per seeded row (None when no row has a seed: the global generator)."""
+    if all(seed is None for seed in seeds):
+        return None
+    fallback = int(torch.randint(0, 2**31 - 1, ()).item())
+    return [
+        torch.Generator(device=device).manual_seed(fallback + i if seed is None else seed)
+        for i, seed in enumerate(seeds)
+    ]
+
+
+def _sample(
+    logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator] | None
+) -> torch.Tensor:
+    """Next token per row: greedy at temperature 0, else temperature, top-k, top-p sampling."""
+    if params.temperature == 0:
+        return logits.argmax(-1)
+    logits = logits / params.temperature  # [B, V]
+    if params.top_k > 0:
+        kth = logits.topk(min(params.top_k, logits.shape[-1]), -1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1:
+        sorted_logits, order = logits.sort(-1, descending=True)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cumulative - sorted_logits.softmax(-1) > params.top_p  # keep the first token past p
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    probs = logits.softmax(-1)
+    if generators is None:
+        return torch.multinomial(probs, 1)[:, 0]
+    return torch.cat(
+        [torch.multinomial(row, 1, generator=g) for row, g in zip(probs, generators, strict=True)]
+    )

@@ -185,3 +185,29 @@ def test_openai_backend_reports_a_dead_server(tiny_tokenizer: Any) -> None:
     assert [t.termination_reason for t in result.trajectories] == ["generation_error"] * 2
     assert "failed" in (result.trajectories[0].error or "")
     assert result.metrics["all/failed"] == 2.0
+
+
+def test_hf_seeded_samples_do_not_depend_on_the_batch(model: Any, tiny_tokenizer: Any) -> None:
+    params = SamplingParams(
+        max_new_tokens=12, seed=123, stop_token_ids=(tiny_tokenizer.eos_token_id,)
+    )
+    prompt = tiny_tokenizer.encode("######\n#P_X_#\n")
+
+    async def alone() -> list[int]:
+        backend = HFBackend(model, pad_token_id=tiny_tokenizer.pad_token_id)
+        return (await backend.generate(prompt, params)).token_ids
+
+    async def crowded() -> list[int]:
+        backend = HFBackend(model, pad_token_id=tiny_tokenizer.pad_token_id)
+        others = [
+            backend.generate(
+                tiny_tokenizer.encode("x" * n), SamplingParams(max_new_tokens=12, seed=n)
+            )
+            for n in range(1, 6)
+        ]
+        results = await asyncio.gather(backend.generate(prompt, params), *others)
+        return results[0].token_ids
+
+    first, second = asyncio.run(alone()), asyncio.run(crowded())
+    assert first == second
+    assert len(first) > 1
