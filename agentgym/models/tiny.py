@@ -148,3 +148,60 @@ def build_tiny_model(corpus: Iterable[str], spec: TinyModelSpec, path: str | Pat
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+TINY_VERSION = 1
+"""Bump when the corpus or the build changes, so cached models are rebuilt."""
+
+
+def env_corpus(names: Iterable[str] = ("sokoban", "frozen_lake"), seeds: int = 16) -> list[str]:
+    """Instructions, observations and well-formed answers of registered envs, for BPE training."""
+    import agentgym
+    from agentgym.envs.text_env import TextEnv
+
+    texts: list[str] = []
+    for name in names:
+        env = agentgym.make(name).unwrapped
+        if not isinstance(env, TextEnv):
+            raise TypeError(f"env {name!r} is not a TextEnv")
+        for seed in range(seeds):
+            observation, _ = env.reset(seed=seed)
+            texts += [observation, env.instructions]
+        texts += [f"<answer>{action}</answer>" for action in env.action_names]
+    return texts * 4
+
+
+def ensure_tiny_model(
+    spec: TinyModelSpec, cache_dir: str | Path, envs: Iterable[str] = ("sokoban", "frozen_lake")
+) -> Path:
+    """The tiny model for ``spec``, built on first use and cached under ``cache_dir``.
+
+    The folder name is a hash of the spec, the envs and :data:`TINY_VERSION`; a
+    build goes to a temporary folder renamed into place, so concurrent or
+    interrupted builds never leave a half-written model.
+    """
+    import hashlib
+    import json
+    import os
+    import shutil
+    import tempfile
+    from dataclasses import asdict
+
+    envs = tuple(envs)
+    key = json.dumps({"spec": asdict(spec), "envs": envs, "version": TINY_VERSION}, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    root = Path(cache_dir).expanduser()
+    path = root / f"tiny-{digest}"
+    if (path / "config.json").is_file():
+        return path
+    root.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".tiny-{digest}-", dir=root))
+    try:
+        build_tiny_model(env_corpus(envs), spec, building)
+        os.replace(building, path)
+    except OSError:
+        if not (path / "config.json").is_file():  # not a concurrent build that won the race
+            raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return path
