@@ -1,0 +1,376 @@
+"""Trackers: the stdout line, metrics.jsonl, TensorBoard event files, offline wandb runs."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentgym.trainers.tracking import (
+    METRICS_FILE,
+    TRACKERS,
+    CompositeTracker,
+    StdoutTracker,
+    Tracker,
+    format_line,
+    make_tracker,
+    progress,
+)
+
+STEP_12 = {
+    "train/all/score": 3.2,
+    "train/all/success": 0.41,
+    "actor/pg_loss": -0.012,
+    "actor/kl": 0.001,
+    "time/step": 2.8,
+    "train/sokoban/score": 3.0,
+    "actor/grad_norm": 0.5,
+}
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_format_line_shows_the_key_metrics_and_counts_the_rest():
+    assert format_line(STEP_12, 12) == (
+        "step 12 | score 3.2 | success 0.41 | loss -0.012 | kl 0.001 | 2.8 s/step | +2 more"
+    )
+    assert format_line({"val/all/success": 0.5, "time/step": 12.345}, 3) == (
+        "step 3 | val_success 0.5 | 12.3 s/step"
+    )
+    assert format_line({"custom": 1.0}, 0) == "step 0 | +1 more"
+    assert format_line({}, 0) == "step 0"
+
+
+def test_stdout_tracker_prints_a_line_and_writes_every_metric_to_jsonl(tmp_path, capsys):
+    tracker = make_tracker("stdout", logging_dir=tmp_path, exp_name="exp")
+    tracker.log(STEP_12, step=12)
+    tracker.log({"train/all/score": 4}, step=13)
+    # Flushed at every log: readable before close, as after a kill.
+    lines = read_jsonl(tmp_path / METRICS_FILE)
+    tracker.close()
+
+    out = capsys.readouterr().out.splitlines()
+    assert out == [format_line(STEP_12, 12), "step 13 | score 4"]
+    assert lines == [{"step": 12, **STEP_12}, {"step": 13, "train/all/score": 4.0}]
+
+
+def test_a_resumed_run_appends_and_a_new_run_starts_the_file_anew(tmp_path):
+    first = make_tracker("stdout", logging_dir=tmp_path, exp_name="exp")
+    for step in (1, 2, 3):
+        first.log({"loss": step}, step=step)
+    first.close()
+    with (tmp_path / METRICS_FILE).open("a") as file:
+        file.write('{"step": 4, "lo')  # torn by a kill mid-write
+
+    resumed = make_tracker("stdout", logging_dir=tmp_path, exp_name="exp", run_id=first.run_id)
+    resumed.log({"loss": 40}, step=4)
+    resumed.close()
+    assert read_jsonl(tmp_path / METRICS_FILE) == [
+        {"step": 1, "loss": 1.0},
+        {"step": 2, "loss": 2.0},
+        {"step": 3, "loss": 3.0},
+        {"step": 4, "loss": 40.0},
+    ]
+
+    # Resuming from the checkpoint of step 2 drops what the interrupted run logged after it.
+    again = make_tracker(
+        "stdout", logging_dir=tmp_path, exp_name="exp", run_id=first.run_id, resume_step=2
+    )
+    again.log({"loss": 30}, step=3)
+    again.close()
+    assert [line["loss"] for line in read_jsonl(tmp_path / METRICS_FILE)] == [1.0, 2.0, 30.0]
+
+    fresh = make_tracker("stdout", logging_dir=tmp_path, exp_name="exp")
+    fresh.log({"loss": 0}, step=0)
+    fresh.close()
+    assert read_jsonl(tmp_path / METRICS_FILE) == [{"step": 0, "loss": 0.0}]
+
+
+def test_stdout_tracker_without_a_file_only_prints(tmp_path):
+    stream = io.StringIO()
+    tracker = StdoutTracker(None, stream=stream)
+    tracker.log({"actor/kl": 0.25}, step=1)
+    tracker.close()
+
+    assert stream.getvalue() == "step 1 | kl 0.25\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_metric_that_is_not_a_number_is_refused(tmp_path):
+    tracker = StdoutTracker(None, stream=io.StringIO())
+    with pytest.raises(TypeError, match=r"Metric 'train/all/tag' must be a number .*, got 'a'"):
+        tracker.log({"train/all/tag": "a"}, step=1)  # type: ignore[dict-item]
+
+
+def scalars(log_dir: Path, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import (  # type: ignore[import-untyped]
+        EventAccumulator,
+    )
+
+    accumulator = EventAccumulator(str(log_dir))
+    accumulator.Reload()
+    return [(event.step, event.value) for event in accumulator.Scalars(tag)]
+
+
+def test_tensorboard_writes_scalars_into_the_run_folder_and_resume_purges(tmp_path):
+    tracker = make_tracker(
+        ["tensorboard"], logging_dir=tmp_path, exp_name="exp", config={"lr": 1e-3}
+    )
+    for step in (1, 2, 3):
+        tracker.log({"train/all/score": step * 0.5, "actor/kl": 0.25}, step=step)
+    tracker.close()
+    log_dir = tmp_path / "tensorboard" / str(tracker.run_id)
+    assert scalars(log_dir, "train/all/score") == [(1, 0.5), (2, 1.0), (3, 1.5)]
+    assert scalars(log_dir, "actor/kl") == [(1, 0.25), (2, 0.25), (3, 0.25)]
+    assert not (tmp_path / METRICS_FILE).exists()
+
+    # Resumed from the checkpoint of step 1: the same folder, steps 2.. replaced.
+    resumed = make_tracker(
+        ["tensorboard"], logging_dir=tmp_path, exp_name="exp", run_id=tracker.run_id, resume_step=1
+    )
+    resumed.log({"train/all/score": 20.0}, step=2)
+    resumed.close()
+    assert resumed.run_id == tracker.run_id
+    assert scalars(log_dir, "train/all/score") == [(1, 0.5), (2, 20.0)]
+
+
+@pytest.fixture
+def offline_wandb(tmp_path, monkeypatch):
+    """wandb with no key, no mode, and all its folders in tmp: it must run offline."""
+    for name in ("WANDB_API_KEY", "WANDB_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONSOLE", "off")
+    # Were anything to go online, it would fail at once instead of reaching the network.
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    yield tmp_path / "logs"
+    import wandb
+
+    wandb.teardown()  # forget the settings read from this test's environment
+
+
+def test_wandb_runs_offline_without_a_key_and_resume_reuses_the_run_id(offline_wandb):
+    logging_dir = offline_wandb
+    tracker = make_tracker(
+        ["stdout", "wandb"],
+        logging_dir=logging_dir,
+        exp_name="exp",
+        config={"lr": 0.001},
+        tracker_kwargs={"project": "agentgym-test", "tags": ["ci"]},
+    )
+    run = tracker.trackers[1]._run  # type: ignore[attr-defined]
+    assert run.offline
+    assert (run.project, run.name, list(run.tags)) == ("agentgym-test", "exp", ["ci"])
+    assert run.config["lr"] == 0.001
+    tracker.log({"train/all/score": 3.25}, step=1)
+    tracker.close()
+
+    run_id = tracker.run_id
+    assert run_id == run.id
+    (run_folder,) = (logging_dir / "wandb").glob(f"offline-run-*-{run_id}")
+    data = (run_folder / f"run-{run_id}.wandb").read_bytes()
+    assert b"train/all/score" in data
+    assert b"3.25" in data
+    assert read_jsonl(logging_dir / METRICS_FILE) == [{"step": 1, "train/all/score": 3.25}]
+
+    resumed = make_tracker(["wandb"], logging_dir=logging_dir, exp_name="exp", run_id=run_id)
+    resumed.log({"train/all/score": 4.0}, step=2)
+    resumed.close()
+    assert resumed.run_id == run_id
+    # Offline, a resumed run is a second folder with the same id; `wandb sync` joins them.
+    assert len(list((logging_dir / "wandb").glob(f"offline-run-*-{run_id}*"))) == 2
+
+
+class FakeRun:
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        self.id = kwargs["id"]
+        self.offline = kwargs.get("mode") == "offline"
+        self.dir = "/nonexistent/run/files"
+        self.logged: list[tuple[dict[str, float], int]] = []
+        self.finished = False
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.logged.append((metrics, step))
+
+    def finish(self) -> None:
+        self.finished = True
+
+
+@pytest.fixture
+def fake_wandb(monkeypatch):
+    """wandb.init replaced by a recorder, to check what it is given."""
+    import wandb
+
+    runs: list[FakeRun] = []
+
+    @functools.wraps(wandb.init)  # keeps the signature that tracker_kwargs are checked against
+    def init(**kwargs: Any) -> FakeRun:
+        runs.append(FakeRun(**kwargs))
+        return runs[-1]
+
+    monkeypatch.setattr(wandb, "init", init)
+    for name in ("WANDB_API_KEY", "WANDB_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    return runs
+
+
+def test_wandb_init_arguments(tmp_path, fake_wandb, monkeypatch):
+    new = make_tracker("wandb", logging_dir=tmp_path, exp_name="exp", config={"seed": 1})
+    new.log({"a": 1}, step=5)
+    new.close()
+    (run,) = fake_wandb
+    assert run.kwargs == {
+        "project": "agentgym",
+        "name": "exp",
+        "dir": str(tmp_path),
+        "config": {"seed": 1},
+        "id": new.run_id,
+        "resume": "allow",
+        "mode": "offline",
+    }
+    assert run.logged == [({"a": 1.0}, 5)]
+    assert run.finished
+
+    make_tracker("wandb", logging_dir=tmp_path, exp_name="exp", run_id="abc123").close()
+    assert fake_wandb[-1].kwargs["id"] == "abc123"
+
+    # A mode, WANDB_MODE or a key leave the mode to wandb / the user.
+    make_tracker("wandb", logging_dir=tmp_path, exp_name="e", tracker_kwargs={"mode": "online"})
+    assert fake_wandb[-1].kwargs["mode"] == "online"
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    make_tracker("wandb", logging_dir=tmp_path, exp_name="e")
+    assert "mode" not in fake_wandb[-1].kwargs
+
+    # tracker_kwargs may override what make_tracker sets, the id included.
+    tracker = make_tracker(
+        "wandb", logging_dir=tmp_path, exp_name="e", tracker_kwargs={"id": "mine", "name": "n"}
+    )
+    assert (tracker.run_id, fake_wandb[-1].kwargs["name"]) == ("mine", "n")
+
+
+def test_the_run_id_is_the_wandb_id_and_names_the_tensorboard_folder(tmp_path, fake_wandb):
+    tracker = make_tracker(
+        ["tensorboard", "wandb"],
+        logging_dir=tmp_path,
+        exp_name="exp",
+        tracker_kwargs={"wandb": {"id": "run42"}, "tensorboard": {"flush_secs": 5}},
+    )
+    tracker.close()
+
+    assert tracker.run_id == "run42"
+    assert (tmp_path / "tensorboard" / "run42").is_dir()
+
+
+def test_unknown_tracker_names_the_options_and_a_close_match(tmp_path):
+    with pytest.raises(ValueError, match="Unknown tracker 'tensorbord'") as error:
+        make_tracker(["stdout", "tensorbord"], logging_dir=tmp_path, exp_name="exp")
+    assert str(list(TRACKERS)) in str(error.value)
+    assert "did you mean 'tensorboard'?" in str(error.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_tracker_kwargs_are_refused_with_a_close_match(tmp_path):
+    with pytest.raises(ValueError, match=r"tracker_kwargs.projcet='x'.*did you mean 'project'"):
+        make_tracker("wandb", logging_dir=tmp_path, exp_name="exp", tracker_kwargs={"projcet": "x"})
+    with pytest.raises(ValueError, match=r"tracker_kwargs.project='x' is not an argument"):
+        make_tracker(
+            "stdout", logging_dir=tmp_path, exp_name="exp", tracker_kwargs={"project": "x"}
+        )
+    with pytest.raises(ValueError, match=r"tracker_kwargs.tensorboard.flush is not .*'flush_secs'"):
+        make_tracker(
+            "tensorboard",
+            logging_dir=tmp_path,
+            exp_name="exp",
+            tracker_kwargs={"tensorboard": {"flush": 1}},
+        )
+    with pytest.raises(ValueError, match="mixes per-tracker sections"):
+        make_tracker(
+            "wandb",
+            logging_dir=tmp_path,
+            exp_name="exp",
+            tracker_kwargs={"wandb": {}, "project": "x"},
+        )
+
+
+def test_a_section_for_a_tracker_that_is_off_is_ignored(tmp_path):
+    tracker = make_tracker(
+        "stdout", logging_dir=tmp_path, exp_name="exp", tracker_kwargs={"wandb": {"project": "x"}}
+    )
+    tracker.close()
+    assert [type(t).__name__ for t in tracker.trackers] == ["StdoutTracker"]
+
+
+def test_tracker_names_from_a_string_keep_their_order_and_drop_repeats(tmp_path):
+    tracker = make_tracker("tensorboard, stdout,stdout", logging_dir=tmp_path, exp_name="exp")
+    tracker.close()
+    assert [type(t).__name__ for t in tracker.trackers] == ["TensorBoardTracker", "StdoutTracker"]
+    assert make_tracker([], logging_dir=tmp_path, exp_name="exp").trackers == ()
+
+
+class Recorder:
+    def __init__(self, fail_on_close: bool = False) -> None:
+        self.run_id: str | None = None
+        self.calls: list[tuple[Any, ...]] = []
+        self.fail_on_close = fail_on_close
+
+    def log(self, metrics, step):
+        self.calls.append(("log", dict(metrics), step))
+
+    def close(self):
+        self.calls.append(("close",))
+        if self.fail_on_close:
+            raise OSError("flush failed")
+
+
+def test_composite_fans_out_and_closes_everything_even_after_a_failure():
+    first, second = Recorder(fail_on_close=True), Recorder()
+    composite = CompositeTracker([first, second], run_id="r")
+    assert isinstance(composite, Tracker)
+    composite.log({"a": 1.0}, step=3)
+
+    with pytest.raises(OSError, match="flush failed"):
+        composite.close()
+    assert first.calls == second.calls == [("log", {"a": 1.0}, 3), ("close",)]
+
+
+@pytest.mark.parametrize(
+    ("kind", "module", "message"),
+    [
+        ("wandb", "wandb", "pip install wandb"),
+        ("tensorboard", "torch.utils.tensorboard", "pip install tensorboard"),
+    ],
+)
+def test_a_missing_backend_names_what_to_install(tmp_path, monkeypatch, kind, module, message):
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
+    with pytest.raises(ImportError, match=message):
+        make_tracker(kind, logging_dir=tmp_path, exp_name="exp")
+
+
+def test_progress_wraps_an_iterable_or_a_total(capsys):
+    assert list(progress(range(3), desc="rollout", enabled=False)) == [0, 1, 2]
+    with progress(4, desc="train", enabled=True) as bar:
+        bar.update(4)
+        assert bar.n == 4
+    assert "train" in capsys.readouterr().err
+
+
+def test_importing_the_module_imports_no_backend():
+    code = (
+        "import sys, agentgym.trainers.tracking; "
+        "print(sorted({'wandb', 'torch', 'tensorboard'} & set(sys.modules)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"

@@ -1,0 +1,508 @@
+"""Trackers: where training metrics go (stdout + JSONL, TensorBoard, Weights & Biases).
+
+:func:`make_tracker` builds one :class:`Tracker` that fans each ``log`` call
+out to every backend named in ``track_with``. A run has one id: the wandb run
+id when wandb is on, else a generated one. A checkpoint stores it, and
+passing it back as ``run_id`` continues the same wandb run and the same
+TensorBoard folder.
+
+TensorBoard (``torch.utils.tensorboard``) and wandb are imported only when
+asked for, here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import json
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any, Protocol, runtime_checkable
+
+from tqdm import tqdm  # type: ignore[import-untyped]
+
+logger = logging.getLogger(__name__)
+
+TRACKERS = ("stdout", "tensorboard", "wandb")
+"""Tracker names accepted by :func:`make_tracker`."""
+
+STDOUT_METRICS: tuple[tuple[str, str], ...] = (
+    ("train/all/score", "score {:.4g}"),
+    ("train/all/success", "success {:.3g}"),
+    ("val/all/success", "val_success {:.3g}"),
+    ("actor/pg_loss", "loss {:.4g}"),
+    ("actor/kl", "kl {:.3g}"),
+    ("time/step", "{:.3g} s/step"),
+)
+"""The metrics on the stdout line, in order: (key, format). Others are only counted."""
+
+METRICS_FILE = "metrics.jsonl"
+"""Name of the JSON-lines file (in ``logging_dir``) that the stdout tracker writes."""
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """Receives a flat dict of scalar metrics once per logged step."""
+
+    run_id: str | None
+    """The id to store in checkpoints and pass back to :func:`make_tracker` on resume."""
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        """Record ``metrics`` (flat ``"group/name": value``) at training ``step``."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release files and runs; the tracker is unusable afterwards."""
+        ...
+
+
+def format_line(metrics: Mapping[str, float], step: int) -> str:
+    """The compact stdout summary of one step.
+
+    Args:
+        metrics: Flat scalar metrics.
+        step: The training step.
+
+    Returns:
+        A line like ``step 12 | score 3.2 | success 0.41 | loss -0.012 | 2.8 s/step | +20 more``:
+        the :data:`STDOUT_METRICS` that are present, then how many others there are.
+    """
+    parts = [f"step {step}"]
+    for key, template in STDOUT_METRICS:
+        if key in metrics:
+            parts.append(template.format(_as_float(key, metrics[key])))
+    shown = sum(key in metrics for key, _ in STDOUT_METRICS)
+    if len(metrics) > shown:
+        parts.append(f"+{len(metrics) - shown} more")
+    return " | ".join(parts)
+
+
+class StdoutTracker:
+    """One summary line per step on stdout; every metric in a JSON-lines file.
+
+    Each line of the file is ``{"step": N, "<metric>": value, ...}``, written
+    and flushed at every :meth:`log`. A fresh run starts the file anew; a
+    resumed run appends, after dropping a torn last line and, when
+    ``resume_step`` is given, the lines past it (logged after the last
+    checkpoint by the run that was interrupted).
+
+    Args:
+        metrics_file: The JSON-lines file, or ``None`` for none.
+        resume: Append to an existing file instead of starting anew.
+        resume_step: The step the run resumes from.
+        stream: Where the summary lines go (default: ``sys.stdout``).
+    """
+
+    def __init__(
+        self,
+        metrics_file: str | Path | None = None,
+        *,
+        resume: bool = False,
+        resume_step: int | None = None,
+        stream: IO[str] | None = None,
+    ) -> None:
+        self.run_id: str | None = None
+        self._stream = stream
+        self._file: IO[str] | None = None
+        if metrics_file is not None:
+            path = Path(metrics_file)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if resume:
+                _trim_metrics_file(path, resume_step)
+            self._file = path.open("a" if resume else "w", encoding="utf-8")
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        """Print the summary line and append the JSON line."""
+        values = {key: _as_float(key, value) for key, value in metrics.items()}
+        # tqdm.write keeps progress bars intact below the line.
+        tqdm.write(format_line(values, step), file=self._stream or sys.stdout)
+        if self._file is not None:
+            self._file.write(json.dumps({"step": step, **values}) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        """Close the JSON-lines file."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class TensorBoardTracker:
+    """``add_scalar`` per metric into ``log_dir`` through ``torch.utils.tensorboard``.
+
+    Args:
+        log_dir: The event-file folder (one per run).
+        config: Written once as a text summary named ``config`` (fresh runs only).
+        purge_step: On resume, events at or after this step (logged by the
+            interrupted run after its last checkpoint) are hidden.
+        **writer_kwargs: Passed to ``SummaryWriter`` (``flush_secs``, ``max_queue``, ...).
+
+    Raises:
+        ImportError: When TensorBoard is not installed.
+    """
+
+    def __init__(
+        self,
+        log_dir: str | Path,
+        *,
+        config: Mapping[str, Any] | None = None,
+        purge_step: int | None = None,
+        **writer_kwargs: Any,
+    ) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as error:
+            raise ImportError(
+                "track_with=tensorboard needs TensorBoard: pip install tensorboard"
+            ) from error
+        self.run_id: str | None = None
+        self.log_dir = Path(log_dir)
+        self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step, **writer_kwargs)
+        if config and purge_step is None:
+            text = json.dumps(dict(config), indent=2, default=str)
+            self._writer.add_text("config", "```\n" + text + "\n```")
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        """Add one scalar per metric at ``step`` and flush."""
+        for key, value in metrics.items():
+            self._writer.add_scalar(key, _as_float(key, value), global_step=step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the event file."""
+        self._writer.close()
+
+
+class WandbTracker:
+    """A Weights & Biases run; offline unless an API key or a mode says otherwise.
+
+    The run is offline when neither ``mode`` nor ``WANDB_MODE`` is given and
+    neither ``api_key`` nor ``WANDB_API_KEY`` is set; upload it later with
+    ``wandb sync <dir>/wandb/offline-run-*``.
+
+    Args:
+        logging_dir: The run's files go under ``logging_dir/wandb`` (unless ``dir`` is given).
+        exp_name: The run name (unless ``name`` is given).
+        config: The run config.
+        run_id: The run id; an existing run with this id is continued (``resume="allow"``).
+        **init_kwargs: Passed to ``wandb.init`` (``project``, ``entity``, ``tags``,
+            ``mode``, ...), overriding the above; ``api_key`` goes into its settings.
+
+    Raises:
+        ImportError: When wandb is not installed.
+    """
+
+    def __init__(
+        self,
+        *,
+        logging_dir: str | Path,
+        exp_name: str,
+        config: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+        **init_kwargs: Any,
+    ) -> None:
+        wandb = _import_wandb()
+        kwargs: dict[str, Any] = {
+            "project": "agentgym",
+            "name": exp_name,
+            "dir": str(logging_dir),
+            "config": dict(config) if config is not None else None,
+            "id": run_id,
+            "resume": "allow",
+        }
+        kwargs.update(init_kwargs)
+        api_key = kwargs.pop("api_key", None)
+        if api_key is not None:
+            kwargs["settings"] = wandb.Settings(api_key=api_key)
+        has_key = api_key is not None or bool(os.environ.get("WANDB_API_KEY"))
+        if kwargs.get("mode") is None and not os.environ.get("WANDB_MODE") and not has_key:
+            kwargs["mode"] = "offline"
+        Path(kwargs["dir"]).mkdir(parents=True, exist_ok=True)
+        self._run = wandb.init(**kwargs)
+        self.run_id: str | None = self._run.id
+        self.offline = bool(self._run.offline)
+        if self.offline:
+            logger.info(
+                "wandb runs offline (no WANDB_API_KEY); files in %s", Path(self._run.dir).parent
+            )
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        """Log ``metrics`` to the run at ``step``."""
+        self._run.log({key: _as_float(key, value) for key, value in metrics.items()}, step=step)
+
+    def close(self) -> None:
+        """Finish the run."""
+        run_dir = Path(self._run.dir).parent
+        self._run.finish()
+        if self.offline:
+            logger.info("wandb offline run saved; upload it with: wandb sync %s", run_dir)
+
+
+class CompositeTracker:
+    """Fans each call out to several trackers.
+
+    Args:
+        trackers: The backends, called in order.
+        run_id: The run's id (see :func:`make_tracker`).
+    """
+
+    def __init__(self, trackers: Sequence[Tracker], run_id: str | None) -> None:
+        self.trackers = tuple(trackers)
+        self.run_id = run_id
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        """Log to every tracker."""
+        for tracker in self.trackers:
+            tracker.log(metrics, step)
+
+    def close(self) -> None:
+        """Close every tracker, even when one fails; the first error is raised after."""
+        first_error: BaseException | None = None
+        for tracker in self.trackers:
+            try:
+                tracker.close()
+            except Exception as error:
+                logger.exception("Closing %s failed", type(tracker).__name__)
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+
+    def __enter__(self) -> CompositeTracker:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def make_tracker(
+    kinds: Sequence[str] | str,
+    *,
+    logging_dir: str | Path,
+    exp_name: str,
+    config: Mapping[str, Any] | None = None,
+    tracker_kwargs: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
+    resume_step: int | None = None,
+) -> CompositeTracker:
+    """Build the trackers named in ``kinds`` as one.
+
+    ``stdout`` prints :func:`format_line` per step and writes every metric to
+    ``logging_dir/metrics.jsonl``; ``tensorboard`` writes event files to
+    ``logging_dir/tensorboard/<run_id>``; ``wandb`` starts a run under
+    ``logging_dir/wandb`` (offline without an API key, see :class:`WandbTracker`).
+
+    ``tracker_kwargs`` is either flat, each key going to the backends whose
+    constructor takes it (``wandb.init``: ``project``, ``entity``, ``tags``,
+    ``mode``, ``api_key``, ...; ``SummaryWriter``: ``flush_secs``, ``log_dir``
+    (the root instead of ``logging_dir/tensorboard``), ...), or nested by
+    tracker name: ``{"wandb": {...}, "tensorboard": {...}}``.
+
+    Args:
+        kinds: Names from :data:`TRACKERS`: a list, or one string
+            (``"wandb"``, ``"stdout,tensorboard"``).
+        logging_dir: Where the trackers write (created if missing).
+        exp_name: The experiment name (the wandb run name).
+        config: The resolved run config (wandb config, TensorBoard text).
+        tracker_kwargs: Backend arguments, flat or nested by tracker name.
+        run_id: The id of the run to continue (from a checkpoint); ``None``
+            starts a new run with a new id.
+        resume_step: With ``run_id``: the checkpoint's step. Metrics the
+            interrupted run logged after it are dropped from ``metrics.jsonl``
+            and hidden in TensorBoard, so resumed logs read like one run.
+
+    Returns:
+        A :class:`CompositeTracker`; its ``run_id`` is the wandb run id when
+        wandb is on, else ``run_id`` or a new 16-digit hex id.
+
+    Raises:
+        ValueError: On an unknown tracker name or an argument no chosen tracker takes.
+        ImportError: When TensorBoard or wandb is asked for and not installed.
+    """
+    names = _parse_kinds(kinds)
+    per_kind = _split_kwargs(tracker_kwargs or {}, names)
+    logging_dir = Path(logging_dir)
+    logging_dir.mkdir(parents=True, exist_ok=True)
+    resume = run_id is not None
+    run_id = run_id or uuid.uuid4().hex[:16]
+
+    built: dict[str, Tracker] = {}
+    try:
+        # wandb first: its run id (possibly set in tracker_kwargs) names the run.
+        if "wandb" in names:
+            wandb_tracker = WandbTracker(
+                logging_dir=logging_dir,
+                exp_name=exp_name,
+                config=config,
+                run_id=run_id,
+                **per_kind["wandb"],
+            )
+            run_id = wandb_tracker.run_id or run_id
+            built["wandb"] = wandb_tracker
+        if "tensorboard" in names:
+            writer_kwargs = dict(per_kind["tensorboard"])
+            tb_root = Path(writer_kwargs.pop("log_dir", logging_dir / "tensorboard"))
+            purge_step = resume_step + 1 if resume and resume_step is not None else None
+            writer_kwargs.setdefault("purge_step", purge_step)
+            built["tensorboard"] = TensorBoardTracker(
+                tb_root / run_id, config=config, **writer_kwargs
+            )
+        if "stdout" in names:
+            built["stdout"] = StdoutTracker(
+                logging_dir / METRICS_FILE, resume=resume, resume_step=resume_step
+            )
+    except BaseException:
+        for tracker in built.values():
+            tracker.close()
+        raise
+    return CompositeTracker([built[name] for name in names], run_id=run_id)
+
+
+def progress(iterable_or_total: Iterable[Any] | int, desc: str, enabled: bool = True) -> Any:
+    """A tqdm progress bar on stderr that disappears when done.
+
+    Args:
+        iterable_or_total: What to iterate over, or a total to advance by hand
+            with ``.update(n)``.
+        desc: The label in front of the bar.
+        enabled: ``False`` gives a silent bar with the same interface.
+
+    Returns:
+        A ``tqdm`` object: iterate over it, or call ``update``, ``set_postfix``
+        and ``close`` (or use it in a ``with`` block).
+    """
+    if isinstance(iterable_or_total, int):
+        return tqdm(total=iterable_or_total, desc=desc, disable=not enabled, leave=False)
+    return tqdm(iterable_or_total, desc=desc, disable=not enabled, leave=False)
+
+
+def _import_wandb() -> Any:
+    try:
+        import wandb
+    except ImportError as error:
+        raise ImportError(
+            "track_with=wandb needs Weights & Biases: pip install wandb "
+            "(or drop wandb from track_with)"
+        ) from error
+    return wandb
+
+
+def _parse_kinds(kinds: Sequence[str] | str) -> list[str]:
+    if isinstance(kinds, str):
+        kinds = [part for part in kinds.split(",") if part.strip()]
+    names: list[str] = []
+    for kind in kinds:
+        name = str(kind).strip().lower()
+        if name not in TRACKERS:
+            close = difflib.get_close_matches(name, TRACKERS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"Unknown tracker {kind!r} in track_with; valid options: {list(TRACKERS)}{hint}"
+            )
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def _accepted_kwargs(kind: str) -> set[str]:
+    """Keyword arguments a backend constructor takes from ``tracker_kwargs``."""
+    if kind == "wandb":
+        # `config` comes from make_tracker's own argument.
+        parameters = set(inspect.signature(_import_wandb().init).parameters)
+        return parameters - {"anonymous", "config"} | {"api_key"}
+    if kind == "tensorboard":
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            return {"log_dir", "purge_step", "max_queue", "flush_secs", "filename_suffix"}
+        return set(inspect.signature(SummaryWriter.__init__).parameters) - {"self", "comment"}
+    return set()
+
+
+def _split_kwargs(
+    tracker_kwargs: Mapping[str, Any], names: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Route ``tracker_kwargs`` to the chosen backends (see :func:`make_tracker`)."""
+    per_kind: dict[str, dict[str, Any]] = {name: {} for name in TRACKERS}
+    nested = [key for key in tracker_kwargs if key in TRACKERS]
+    if nested:
+        flat = [key for key in tracker_kwargs if key not in TRACKERS]
+        if flat:
+            raise ValueError(
+                f"tracker_kwargs mixes per-tracker sections {nested} with flat keys {flat}; "
+                f"put every key under a tracker name ({list(TRACKERS)}) or none"
+            )
+        for kind, section in tracker_kwargs.items():
+            if kind not in names:
+                continue  # a section for a tracker that is not on: allowed, unused
+            if not isinstance(section, Mapping):
+                raise ValueError(
+                    f"tracker_kwargs.{kind} must be a mapping of arguments, got {section!r}"
+                )
+            _check_keys(section, kind, _accepted_kwargs(kind))
+            per_kind[kind] = dict(section)
+        return per_kind
+
+    if not tracker_kwargs:
+        return per_kind
+    accepted = {name: _accepted_kwargs(name) for name in names}
+    for key, value in tracker_kwargs.items():
+        takers = [name for name in names if key in accepted[name]]
+        if not takers:
+            valid = sorted(set().union(*accepted.values()))
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"tracker_kwargs.{key}={value!r} is not an argument of the chosen trackers "
+                f"{list(names)}; valid keys: {valid}{hint}"
+            )
+        for name in takers:
+            per_kind[name][key] = value
+    return per_kind
+
+
+def _check_keys(section: Mapping[str, Any], kind: str, accepted: set[str]) -> None:
+    for key in section:
+        if key not in accepted:
+            close = difflib.get_close_matches(key, sorted(accepted), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"tracker_kwargs.{kind}.{key} is not an argument of the {kind} tracker; "
+                f"valid keys: {sorted(accepted)}{hint}"
+            )
+
+
+def _trim_metrics_file(path: Path, resume_step: int | None) -> None:
+    """Drop a torn last line and lines past ``resume_step`` before appending."""
+    if not path.exists():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = []
+    for line in lines:
+        if not line.endswith("\n"):
+            break  # torn by a kill mid-write
+        if resume_step is not None:
+            try:
+                step = json.loads(line)["step"]
+            except (ValueError, KeyError, TypeError):
+                step = None
+            if isinstance(step, int) and step > resume_step:
+                continue
+        kept.append(line)
+    if len(kept) != len(lines):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def _as_float(key: str, value: Any) -> float:
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"Metric {key!r} must be a number (or a one-element tensor), got {value!r}"
+        ) from None
+    return result
