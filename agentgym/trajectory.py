@@ -192,12 +192,16 @@ class RolloutBatch:
         attention_mask: ``[B, T]`` 1 on real tokens.
         position_ids: ``[B, T]`` positions, 0 at each sequence's first token.
         loss_mask: ``[B, T]`` 1 exactly on generated tokens.
-        old_logprobs: ``[B, T]`` engine log-probability of ``input_ids[b, t]``
-            given ``input_ids[b, :t]``, 0 off the loss mask.
+        engine_logprobs: ``[B, T]`` the generation engine's log-probability of
+            ``input_ids[b, t]`` given ``input_ids[b, :t]``, 0 off the loss mask.
         token_rewards: ``[B, T]`` each turn's reward on its last generated token.
         scores: ``[B]`` the reward each sample is judged by.
         group_ids: ``[B]`` GRPO group of each sample.
         tags: The env tag of each sample.
+        old_logprobs: ``[B, T]`` the trainer's recomputation of the behaviour
+            policy's log-probabilities (PPO's π_old), filled by the trainer.
+        ref_logprobs: ``[B, T]`` under the frozen reference model, when KL is used.
+        is_weights: ``[B, T]`` truncated importance weights (trainer vs engine), when used.
         advantages: ``[B, T]``, filled by the trainer.
     """
 
@@ -205,15 +209,33 @@ class RolloutBatch:
     attention_mask: torch.Tensor
     position_ids: torch.Tensor
     loss_mask: torch.Tensor
-    old_logprobs: torch.Tensor
+    engine_logprobs: torch.Tensor
     token_rewards: torch.Tensor
     scores: torch.Tensor
     group_ids: torch.Tensor
     tags: list[str]
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    is_weights: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
+
+    def rows(self, rows: slice | torch.Tensor, width: int | None = None) -> RolloutBatch:
+        """A sub-batch of ``rows`` (a slice or an index tensor), cut to ``width`` columns."""
+        columns = slice(0, width)
+        fields: dict[str, Any] = {}
+        for key, value in vars(self).items():
+            if isinstance(value, torch.Tensor):
+                value = value[rows]
+                fields[key] = value[:, columns] if value.dim() == 2 else value
+            elif key == "tags":
+                indices = range(len(self))[rows] if isinstance(rows, slice) else rows.tolist()
+                fields[key] = [value[i] for i in indices]
+            else:
+                fields[key] = value
+        return RolloutBatch(**fields)
 
     @classmethod
     def from_trajectories(
@@ -250,7 +272,7 @@ class RolloutBatch:
             attention_mask=attention_mask,
             position_ids=(torch.arange(width)[None, :] * attention_mask),
             loss_mask=pad([s.loss_mask for s in samples], 0, torch.long),
-            old_logprobs=pad([s.logprobs for s in samples], 0.0, torch.float32),
+            engine_logprobs=pad([s.logprobs for s in samples], 0.0, torch.float32),
             token_rewards=pad([s.token_rewards for s in samples], 0.0, torch.float32),
             scores=torch.tensor([s.score for s in samples], dtype=torch.float32),
             group_ids=torch.tensor([s.group_id for s in samples], dtype=torch.long),
