@@ -209,7 +209,6 @@ def update_policy(
     config: GRPOConfig, parts: TrainParts, batch: RolloutBatch, step: int
 ) -> dict[str, float]:
     """``ppo_epochs`` passes of mini-batch updates; returns the averaged loss metrics."""
-    loss_fn = make_loss(config, parts.reference)
     minibatch = config.micro_batch_size * config.gradient_accumulation_steps
     generator = torch.Generator().manual_seed(config.seed * 100_003 + step)
     totals: dict[str, float] = {}
@@ -219,9 +218,13 @@ def update_policy(
         for start in range(0, len(batch), minibatch):
             rows = order[start : start + minibatch]
             chunk = batch.rows(rows, width=int(batch.attention_mask[rows].sum(1).max()))
+            # normalizers of the whole mini-batch: the micro-batch losses then add up to it
+            num_tokens = chunk.loss_mask.sum().clamp(min=1)
+            num_seqs = (chunk.loss_mask.sum(1) > 0).sum().clamp(min=1)
             step_metrics = parts.strategy.train_step(
                 list(micro_batches(chunk, config.micro_batch_size)),
-                loss_fn,
+                make_loss(config, parts.reference, num_tokens=num_tokens, num_seqs=num_seqs),
+                sum_parts=True,
                 with_entropy=config.entropy_loss_coef != 0,
                 with_logits=config.use_kl_loss and config.kl_penalty == "full",
             )
@@ -234,9 +237,17 @@ def update_policy(
 
 
 def make_loss(
-    config: GRPOConfig, reference: Any | None
+    config: GRPOConfig,
+    reference: Any | None,
+    *,
+    num_tokens: torch.Tensor | None = None,
+    num_seqs: torch.Tensor | None = None,
 ) -> Callable[[ModelOutputs, RolloutBatch], tuple[torch.Tensor, dict[str, float]]]:
-    """The per-micro-batch loss: PPO-clip, plus KL and entropy terms when configured."""
+    """The per-micro-batch loss: PPO-clip, plus KL and entropy terms when configured.
+
+    ``num_tokens``/``num_seqs`` are the mini-batch's counts, so that each
+    micro-batch's loss is its share of the mini-batch loss (exact accumulation).
+    """
 
     def loss_fn(outputs: ModelOutputs, part: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
         assert part.old_logprobs is not None
@@ -252,6 +263,8 @@ def make_loss(
             dual_clip=config.dual_clip_ratio_c,
             loss_agg_mode=config.loss_agg_mode,
             is_weights=part.is_weights,
+            num_tokens=num_tokens,
+            num_seqs=num_seqs,
         )
         metrics = {key: float(value) for key, value in raw.items()}
         metrics["pg_loss"] = float(loss)
@@ -268,12 +281,20 @@ def make_loss(
                 logits=outputs.logits,
                 ref_logits=ref_logits,
             )
-            kl_loss = aggregate_loss(kl, mask, config.loss_agg_mode)
+            kl_loss = aggregate_loss(
+                kl, mask, config.loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs
+            )
             loss = loss + config.kl_loss_coef * kl_loss
             metrics["kl"] = float(kl_loss)
         if config.entropy_loss_coef:
             assert outputs.entropy is not None
-            entropy = aggregate_loss(outputs.entropy, mask, config.loss_agg_mode)
+            entropy = aggregate_loss(
+                outputs.entropy,
+                mask,
+                config.loss_agg_mode,
+                num_tokens=num_tokens,
+                num_seqs=num_seqs,
+            )
             loss = loss - config.entropy_loss_coef * entropy
             metrics["entropy"] = float(entropy)
         metrics["loss"] = float(loss)

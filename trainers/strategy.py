@@ -141,8 +141,12 @@ class TorchStrategy:
         *,
         with_entropy: bool = False,
         with_logits: bool = False,
+        sum_parts: bool = False,
     ) -> dict[str, float]:
-        """One optimizer step over ``parts`` (gradient accumulation: each part's loss / len(parts)).
+        """One optimizer step over ``parts`` with gradient accumulation.
+
+        Each part's loss is divided by ``len(parts)``, unless ``sum_parts``
+        says the losses are already shares of the whole (normalized by its counts).
 
         Returns:
             The loss function's metrics averaged over parts, plus ``grad_norm`` and ``lr``.
@@ -154,9 +158,10 @@ class TorchStrategy:
             part = self.to_device(part)
             outputs = forward(self.model, part, with_entropy=with_entropy, with_logits=with_logits)
             loss, metrics = loss_fn(outputs, part)
-            (loss / len(parts)).backward()
-            for key, value in metrics.items():
-                totals[key] = totals.get(key, 0.0) + float(value) / len(parts)
+            (loss if sum_parts else loss / len(parts)).backward()
+            for key, value in metrics.items():  # loss-like metrics add up when sum_parts
+                share = 1.0 if sum_parts and "loss" in key else 1.0 / len(parts)
+                totals[key] = totals.get(key, 0.0) + float(value) * share
         parameters = [p for p in self.model.parameters() if p.grad is not None]
         if self.max_grad_norm is not None:
             norm = torch.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
