@@ -36,8 +36,11 @@ from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvConfig, EnvManager
 from agentgym.rollout.loop import RolloutConfig, RolloutResult, collect
 from agentgym.rollout.render import dump_trajectories, render_trajectories
+from agentgym.train import register_env_configs
 
 POLICIES = ("auto", "model", *AGENTS)
+
+register_env_configs()  # env=<plugin name> works without a YAML file
 
 
 def make_text_env(name: str, kwargs: Any) -> TextEnv:

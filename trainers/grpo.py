@@ -8,6 +8,7 @@ metrics → validation every ``eval_steps`` (with renders) → checkpoint every
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -38,7 +39,7 @@ from agentgym.trainers.losses import (
     truncated_is_weights,
 )
 from agentgym.trainers.strategy import ModelOutputs, TorchStrategy, forward, micro_batches
-from agentgym.trainers.tracking import Tracker
+from agentgym.trainers.tracking import Tracker, progress
 from agentgym.trajectory import RolloutBatch
 
 
@@ -112,15 +113,18 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
             step += 1
             started = time.perf_counter()
             parts.strategy.model.eval()
-            rollout = loop.run_until_complete(
-                collect(
-                    parts.train_manager,
-                    parts.backend,
-                    parts.chat,
-                    parts.train_rollout,
-                    policy_version=step - 1,
+            episodes = len(parts.train_manager.slots) * parts.train_manager.max_traj_per_env
+            with progress(episodes, f"step {step} rollout", enabled=sys.stderr.isatty()) as bar:
+                rollout = loop.run_until_complete(
+                    collect(
+                        parts.train_manager,
+                        parts.backend,
+                        parts.chat,
+                        parts.train_rollout,
+                        policy_version=step - 1,
+                        on_trajectory=lambda _: bar.update(1),
+                    )
                 )
-            )
             metrics = {f"train/{key}": value for key, value in rollout.metrics.items()}
             metrics["time/rollout"] = time.perf_counter() - started
             if parts.dump_dir is not None:
@@ -213,6 +217,8 @@ def update_policy(
     generator = torch.Generator().manual_seed(config.seed * 100_003 + step)
     totals: dict[str, float] = {}
     updates = 0
+    total = config.ppo_epochs * -(-len(batch) // minibatch)
+    bar = progress(total, f"step {step} update", enabled=sys.stderr.isatty())
     for _ in range(config.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
         for start in range(0, len(batch), minibatch):
@@ -231,6 +237,8 @@ def update_policy(
             for key, value in step_metrics.items():
                 totals[key] = totals.get(key, 0.0) + value
             updates += 1
+            bar.update(1)
+    bar.close()
     return {f"actor/{key}": value / updates for key, value in totals.items()} | {
         "actor/updates": float(updates)
     }

@@ -89,13 +89,14 @@ def test_train_with_vllm_generation(tmp_path: Path, cache: Path) -> None:
     if os.environ.get("AGENTGYM_REQUIRE_VLLM") != "1":
         pytest.importorskip("vllm")
     output = tmp_path / "run"
-    result = train(output, cache, "generation=vllm", "max_steps=2", "eval_steps=0")
+    result = train(output, cache, "generation=vllm", "max_steps=2")
     assert "generation backend: vllm" in result.stdout
     steps = metrics(output)
     assert sorted(steps) == [1, 2]
     # π_old is recomputed by the trainer; the gap to vLLM's logprobs stays at float noise
     assert all(row["actor/engine_logprob_abs_diff_mean"] < 1e-3 for row in steps.values())
     assert (output / "checkpoints" / "checkpoint-2").is_dir()
+    assert len(list((output / "renders").glob("step2_*.gif"))) == 2
 
 
 def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path: Path, cache: Path) -> None:
