@@ -24,7 +24,7 @@ setup: $(BIN)/python
 	$(BIN)/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec triton
 
 run: setup
-	$(BIN)/python -m agentgym.eval env=sokoban agent=solver
+	$(BIN)/python -m agentgym.train env=sokoban
 
 test: setup lint typecheck unit
 

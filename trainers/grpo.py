@@ -275,7 +275,7 @@ def make_loss(
             num_seqs=num_seqs,
         )
         metrics = {key: float(value) for key, value in raw.items()}
-        metrics["pg_loss"] = float(loss)
+        metrics["pg_loss"] = float(loss.detach())
         if config.use_kl_loss:
             assert part.ref_logprobs is not None
             ref_logits = None
@@ -293,7 +293,7 @@ def make_loss(
                 kl, mask, config.loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs
             )
             loss = loss + config.kl_loss_coef * kl_loss
-            metrics["kl"] = float(kl_loss)
+            metrics["kl"] = float(kl_loss.detach())
         if config.entropy_loss_coef:
             assert outputs.entropy is not None
             entropy = aggregate_loss(
@@ -304,8 +304,8 @@ def make_loss(
                 num_seqs=num_seqs,
             )
             loss = loss - config.entropy_loss_coef * entropy
-            metrics["entropy"] = float(entropy)
-        metrics["loss"] = float(loss)
+            metrics["entropy"] = float(entropy.detach())
+        metrics["loss"] = float(loss.detach())
         return loss, metrics
 
     return loss_fn
