@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import os
 import random
 import re
@@ -75,8 +76,14 @@ def save_checkpoint(
     Raises:
         ValueError: On a negative ``step`` or a ``keep_last`` below 1.
     """
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be an integer ≥ 0, got {step!r}")
+    bad_step = ValueError(f"step must be an integer ≥ 0, got {step!r}")
+    try:
+        index = operator.index(step)  # numpy and torch integers too
+    except TypeError:
+        raise bad_step from None
+    if isinstance(step, bool) or index < 0:
+        raise bad_step
+    step = index
     if keep_last is not None and keep_last < 1:
         raise ValueError(
             f"keep_last must be ≥ 1 (or None to keep every checkpoint), got {keep_last!r}"

@@ -121,7 +121,9 @@ class StdoutTracker:
         # tqdm.write keeps progress bars intact below the line.
         tqdm.write(format_line(values, step), file=self._stream or sys.stdout)
         if self._file is not None:
-            self._file.write(json.dumps({"step": step, **values}) + "\n")
+            record = {"step": step, **values}
+            record["step"] = step  # the training step wins over a metric named "step"
+            self._file.write(json.dumps(record) + "\n")
             self._file.flush()
 
     def close(self) -> None:
@@ -163,7 +165,7 @@ class TensorBoardTracker:
         self.log_dir = Path(log_dir)
         self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step, **writer_kwargs)
         if config and purge_step is None:
-            text = json.dumps(dict(config), indent=2, default=str)
+            text = json.dumps(_plain(config), indent=2, default=str)
             self._writer.add_text("config", "```\n" + text + "\n```")
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
@@ -210,7 +212,7 @@ class WandbTracker:
             "project": "agentgym",
             "name": exp_name,
             "dir": str(logging_dir),
-            "config": dict(config) if config is not None else None,
+            "config": _plain(config) if config is not None else None,
             "id": run_id,
             "resume": "allow",
         }
@@ -221,14 +223,13 @@ class WandbTracker:
         has_key = api_key is not None or bool(os.environ.get("WANDB_API_KEY"))
         if kwargs.get("mode") is None and not os.environ.get("WANDB_MODE") and not has_key:
             kwargs["mode"] = "offline"
-        Path(kwargs["dir"]).mkdir(parents=True, exist_ok=True)
+        if kwargs.get("dir"):
+            Path(kwargs["dir"]).mkdir(parents=True, exist_ok=True)
         self._run = wandb.init(**kwargs)
         self.run_id: str | None = self._run.id
         self.offline = bool(self._run.offline)
         if self.offline:
-            logger.info(
-                "wandb runs offline (no WANDB_API_KEY); files in %s", Path(self._run.dir).parent
-            )
+            logger.info("wandb runs offline; files in %s", Path(self._run.dir).parent)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         """Log ``metrics`` to the run at ``step``."""
@@ -312,7 +313,8 @@ def make_tracker(
             starts a new run with a new id.
         resume_step: With ``run_id``: the checkpoint's step. Metrics the
             interrupted run logged after it are dropped from ``metrics.jsonl``
-            and hidden in TensorBoard, so resumed logs read like one run.
+            and hidden in TensorBoard, so resumed logs read like one run
+            (wandb cannot rewind a run: there they stay).
 
     Returns:
         A :class:`CompositeTracker`; its ``run_id`` is the wandb run id when
@@ -397,10 +399,9 @@ def _parse_kinds(kinds: Sequence[str] | str) -> list[str]:
     for kind in kinds:
         name = str(kind).strip().lower()
         if name not in TRACKERS:
-            close = difflib.get_close_matches(name, TRACKERS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ValueError(
-                f"Unknown tracker {kind!r} in track_with; valid options: {list(TRACKERS)}{hint}"
+                f"Unknown tracker {kind!r} in track_with; valid options: {list(TRACKERS)}"
+                + _did_you_mean(name, TRACKERS)
             )
         if name not in names:
             names.append(name)
@@ -442,8 +443,14 @@ def _split_kwargs(
                 raise ValueError(
                     f"tracker_kwargs.{kind} must be a mapping of arguments, got {section!r}"
                 )
-            _check_keys(section, kind, _accepted_kwargs(kind))
-            per_kind[kind] = dict(section)
+            valid = sorted(_accepted_kwargs(kind))
+            for key in section:
+                if key not in valid:
+                    raise ValueError(
+                        f"tracker_kwargs.{kind}.{key} is not an argument of the {kind} tracker; "
+                        f"valid keys: {valid}" + _did_you_mean(key, valid)
+                    )
+            per_kind[kind] = _plain(section)
         return per_kind
 
     if not tracker_kwargs:
@@ -453,26 +460,18 @@ def _split_kwargs(
         takers = [name for name in names if key in accepted[name]]
         if not takers:
             valid = sorted(set().union(*accepted.values()))
-            close = difflib.get_close_matches(key, valid, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ValueError(
                 f"tracker_kwargs.{key}={value!r} is not an argument of the chosen trackers "
-                f"{list(names)}; valid keys: {valid}{hint}"
+                f"{list(names)}; valid keys: {valid}" + _did_you_mean(key, valid)
             )
         for name in takers:
-            per_kind[name][key] = value
+            per_kind[name][key] = _plain(value)
     return per_kind
 
 
-def _check_keys(section: Mapping[str, Any], kind: str, accepted: set[str]) -> None:
-    for key in section:
-        if key not in accepted:
-            close = difflib.get_close_matches(key, sorted(accepted), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
-                f"tracker_kwargs.{kind}.{key} is not an argument of the {kind} tracker; "
-                f"valid keys: {sorted(accepted)}{hint}"
-            )
+def _did_you_mean(word: str, options: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _trim_metrics_file(path: Path, resume_step: int | None) -> None:
@@ -498,11 +497,19 @@ def _trim_metrics_file(path: Path, resume_step: int | None) -> None:
         os.replace(tmp, path)
 
 
+def _plain(value: Any) -> Any:
+    """Mappings and sequences (OmegaConf's included) as dicts and lists, for wandb and JSON."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [_plain(item) for item in value]
+    return value
+
+
 def _as_float(key: str, value: Any) -> float:
     try:
-        result = float(value)
+        return float(value)
     except (TypeError, ValueError):
         raise TypeError(
             f"Metric {key!r} must be a number (or a one-element tensor), got {value!r}"
         ) from None
-    return result

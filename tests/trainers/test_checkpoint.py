@@ -208,9 +208,18 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path, 
 def test_invalid_arguments_are_refused(tmp_path):
     with pytest.raises(ValueError, match="step must be an integer ≥ 0, got -1"):
         save_checkpoint(tmp_path, -1, writer("x"))
+    with pytest.raises(ValueError, match=r"step must be an integer ≥ 0, got 1\.5"):
+        save_checkpoint(tmp_path, 1.5, writer("x"))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="keep_last must be ≥ 1"):
         save_checkpoint(tmp_path, 1, writer("x"), keep_last=0)
     assert names(tmp_path) == []
+
+
+def test_numpy_and_torch_integer_steps_are_accepted(tmp_path):
+    steps: list[object] = [np.int64(4), torch.tensor(5)]
+    paths = [save_checkpoint(tmp_path, step, writer("x")) for step in steps]  # type: ignore[arg-type]
+
+    assert [path.name for path in paths] == ["checkpoint-4", "checkpoint-5"]
 
 
 def test_save_json_atomic_replaces_the_file(tmp_path):

@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,14 @@ STEP_12 = {
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def wait_for_bytes(path: Path, needle: bytes, timeout: float = 10.0) -> bytes:
+    """The file's bytes once they hold ``needle`` (wandb-core may still write after finish())."""
+    deadline = time.monotonic() + timeout
+    while needle not in (data := path.read_bytes()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return data
 
 
 def test_format_line_shows_the_key_metrics_and_counts_the_rest():
@@ -92,6 +101,13 @@ def test_a_resumed_run_appends_and_a_new_run_starts_the_file_anew(tmp_path):
     fresh.log({"loss": 0}, step=0)
     fresh.close()
     assert read_jsonl(tmp_path / METRICS_FILE) == [{"step": 0, "loss": 0.0}]
+
+
+def test_the_training_step_wins_over_a_metric_named_step(tmp_path):
+    tracker = make_tracker("stdout", logging_dir=tmp_path, exp_name="exp")
+    tracker.log({"step": 99.0, "a": 1.0}, step=3)
+    tracker.close()
+    assert (tmp_path / METRICS_FILE).read_text() == '{"step": 3, "a": 1.0}\n'
 
 
 def test_stdout_tracker_without_a_file_only_prints(tmp_path):
@@ -178,8 +194,7 @@ def test_wandb_runs_offline_without_a_key_and_resume_reuses_the_run_id(offline_w
     run_id = tracker.run_id
     assert run_id == run.id
     (run_folder,) = (logging_dir / "wandb").glob(f"offline-run-*-{run_id}")
-    data = (run_folder / f"run-{run_id}.wandb").read_bytes()
-    assert b"train/all/score" in data
+    data = wait_for_bytes(run_folder / f"run-{run_id}.wandb", b"train/all/score")
     assert b"3.25" in data
     assert read_jsonl(logging_dir / METRICS_FILE) == [{"step": 1, "train/all/score": 3.25}]
 
@@ -257,6 +272,23 @@ def test_wandb_init_arguments(tmp_path, fake_wandb, monkeypatch):
         "wandb", logging_dir=tmp_path, exp_name="e", tracker_kwargs={"id": "mine", "name": "n"}
     )
     assert (tracker.run_id, fake_wandb[-1].kwargs["name"]) == ("mine", "n")
+
+
+def test_hydra_configs_reach_wandb_as_plain_dicts_and_lists(tmp_path, fake_wandb):
+    from omegaconf import OmegaConf
+
+    make_tracker(
+        OmegaConf.create(["wandb"]),
+        logging_dir=tmp_path,
+        exp_name="exp",
+        config=OmegaConf.create({"actor": {"lr": 0.1}, "envs": ["sokoban"]}),
+        tracker_kwargs=OmegaConf.create({"project": "p", "tags": ["a", "b"]}),
+    ).close()
+
+    kwargs = fake_wandb[-1].kwargs
+    assert type(kwargs["config"]) is dict and type(kwargs["config"]["actor"]) is dict
+    assert type(kwargs["config"]["envs"]) is list
+    assert type(kwargs["tags"]) is list and kwargs["tags"] == ["a", "b"]
 
 
 def test_the_run_id_is_the_wandb_id_and_names_the_tensorboard_folder(tmp_path, fake_wandb):
