@@ -232,8 +232,8 @@ def test_rollout_batch_pads_and_aligns(tiny_tokenizer: Any, hf_model: Any) -> No
     assert batch.input_ids.shape == (4, max(lengths))
     assert batch.attention_mask.sum(1).tolist() == lengths
     assert torch.equal(batch.loss_mask * batch.attention_mask, batch.loss_mask)
-    assert (batch.old_logprobs[batch.loss_mask == 0] == 0).all()
-    assert (batch.old_logprobs[batch.loss_mask == 1] < 0).all()
+    assert (batch.engine_logprobs[batch.loss_mask == 0] == 0).all()
+    assert (batch.engine_logprobs[batch.loss_mask == 1] < 0).all()
     assert batch.group_ids.tolist() == [t.group_id for t in result.trajectories]
     assert batch.scores.tolist() == pytest.approx([t.score for t in result.trajectories])
 
