@@ -150,3 +150,36 @@ def test_bad_config_values_fail_at_start(
     assert result.returncode != 0
     assert message in result.stderr
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (
+            "use_kl_loss=true", "kl_penalty=full", "entropy_loss_coef=0.01", "tis_cap=2.0",
+            "dual_clip_ratio_c=3.0", "loss_agg_mode=seq-mean-token-sum-norm", "ppo_epochs=2",
+        ),
+        (
+            "adv_estimator=reinforce", "add_token_level_kl=true", "rollout_mode=step",
+            "reward_normalization.grouping=inductive", "advantage_clip=2.0",
+            "tracker=tensorboard",
+        ),
+    ],
+)  # fmt: skip
+def test_every_loss_term_runs_through_the_recipe(
+    tmp_path: Path, cache: Path, overrides: tuple[str, ...]
+) -> None:
+    output = tmp_path / "run"
+    train(output, cache, "generation=hf", "max_steps=2", "eval_steps=0", *overrides)
+    steps = metrics(output)
+    assert sorted(steps) == [1, 2]
+    for row in steps.values():
+        assert all(value == value for value in row.values())  # no NaN
+        assert row["actor/grad_norm"] > 0
+    if "use_kl_loss=true" in overrides:
+        assert "actor/kl" in steps[2] and "actor/entropy" in steps[2]
+        assert "actor/is_weight_mean" in steps[2]
+        assert steps[2]["actor/updates"] == 2.0  # two PPO epochs of one mini-batch
+    else:
+        assert "actor/token_level_kl" in steps[2]
+        assert list((output / "logs" / "tensorboard").iterdir())
