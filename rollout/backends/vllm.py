@@ -77,7 +77,7 @@ class VLLMBackend:
             logprobs_mode="raw_logprobs",
             **(engine_kwargs or {}),
         )
-        self.engine = AsyncLLM.from_engine_args(args)
+        self.engine: Any = AsyncLLM.from_engine_args(args)
         self._ids = itertools.count()
         from vllm.platforms import current_platform
 
@@ -148,5 +148,11 @@ class VLLMBackend:
         await self.engine.reset_prefix_cache()
 
     async def close(self) -> None:
-        """Shut the engine down."""
-        self.engine.shutdown()
+        """Shut the engine down (and drop it now: its finalizer fails at interpreter exit)."""
+        import gc
+
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.shutdown()
+            del engine
+            gc.collect()
