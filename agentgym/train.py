@@ -19,6 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 
 import agentgym
 from agentgym.models.tiny import TinyModelSpec, ensure_tiny_model
+from agentgym.models.warmstart import WarmStartSpec
+from agentgym.plot import plot_validation, read_metrics
 from agentgym.rollout.backends import BACKENDS, SamplingParams, make_backend, resolve_backend
 from agentgym.rollout.backends.hf import HFBackend
 from agentgym.rollout.chat import PREFIX_CHECK_MODES, ChatTokenizer
@@ -28,8 +30,8 @@ from agentgym.trainers.advantages import ADVANTAGE_ESTIMATORS, GROUPINGS, NORMAL
 from agentgym.trainers.grpo import GRPOConfig, TrainParts, train
 from agentgym.trainers.losses import KL_PENALTIES, LOSS_AGG_MODES
 from agentgym.trainers.strategy import TorchStrategy
-from agentgym.trainers.tracking import TRACKERS, make_tracker
-from agentgym.trajectory import SAMPLE_MODES
+from agentgym.trainers.tracking import METRICS_FILE, TRACKERS, make_tracker
+from agentgym.trajectory import SAMPLE_MODES, STEP_SCORES
 
 STRATEGIES = ("torch",)
 
@@ -94,6 +96,7 @@ def check_config(cfg: DictConfig) -> None:
     _choice("loss_agg_mode", cfg.loss_agg_mode, LOSS_AGG_MODES)
     _choice("kl_penalty", cfg.kl_penalty, KL_PENALTIES)
     _choice("rollout_mode", cfg.rollout_mode, SAMPLE_MODES)
+    _choice("step_score", cfg.step_score, STEP_SCORES)
     _choice("prefix_check", cfg.prefix_check, PREFIX_CHECK_MODES)
     _choice("generation.backend", cfg.generation.backend, BACKENDS)
     _choice("actor_train.strategy_args.strategy_name", cfg.strategy.strategy_name, STRATEGIES)
@@ -127,7 +130,8 @@ def check_config(cfg: DictConfig) -> None:
 
 
 def model_path(model: DictConfig) -> Path:
-    """The model folder: ``model.path``, or the tiny model built (once) from ``model.tiny``."""
+    """The model folder: ``model.path``, or the tiny model built (once) from ``model.tiny``
+    and warm-started as ``model.warm_start`` says (null: random weights)."""
     if model.path:
         path = Path(str(model.path)).expanduser()
         if not (path / "config.json").is_file():
@@ -137,7 +141,11 @@ def model_path(model: DictConfig) -> Path:
             )
         return path
     spec = TinyModelSpec(**OmegaConf.to_container(model.tiny, resolve=True))  # type: ignore[arg-type]
-    return ensure_tiny_model(spec, str(model.cache_dir))
+    warm_start = None
+    if model.warm_start is not None:
+        warm = OmegaConf.to_container(model.warm_start, resolve=True)
+        warm_start = WarmStartSpec(**warm)  # type: ignore[arg-type]
+    return ensure_tiny_model(spec, str(model.cache_dir), warm_start=warm_start)
 
 
 def env_manager(section: DictConfig, cfg: DictConfig, **kwargs: Any) -> EnvManager:
@@ -260,6 +268,7 @@ def build(cfg: DictConfig) -> tuple[GRPOConfig, TrainParts]:
         tis_cap=cfg.tis_cap,
         val_renders=cfg.validation.renders,
         seed=cfg.seed,
+        step_score=cfg.step_score,
     )
     reference = None
     if grpo.needs_reference:
@@ -330,8 +339,19 @@ def main(cfg: DictConfig) -> None:
     grpo, parts = build(cfg)
     resume = cfg.resume_from_checkpoint
     train(grpo, parts, resume=str(resume) if isinstance(resume, str) else bool(resume))
+    metrics_file = Path(cfg.logging_dir) / METRICS_FILE
+    success = read_metrics(metrics_file, ["val/all/success"])["val/all/success"]
+    if success:
+        (first_step, first), (last_step, last) = success[0], success[-1]
+        print(
+            f"validation success: {first:.3f} at step {first_step:g} -> "
+            f"{last:.3f} at step {last_step:g} ({(last - first) * 100:+.1f} points)"
+        )
     print(f"output: {cfg.output_dir}")
-    print(f"metrics: {Path(cfg.logging_dir) / 'metrics.jsonl'}")
+    print(f"metrics: {metrics_file}")
+    plot = plot_validation(metrics_file, Path(cfg.output_dir) / "validation.png")
+    if plot is not None:
+        print(f"plot: {plot}")
     print(f"checkpoints: {parts.checkpoint_dir}")
     if parts.render_dir is not None:
         print(f"renders: {parts.render_dir / 'index.html'}")

@@ -32,6 +32,8 @@ step limit (``truncated``), the rollout's limits (``max_turns``,
 TRUNCATION_REASONS = frozenset({"truncated", "max_turns", "max_actions", "max_length"})
 FAILURE_REASONS = frozenset({"env_error", "generation_error"})
 SAMPLE_MODES = ("trajectory", "step")
+STEP_SCORES = ("turn", "episode")
+"""What a ``step``-mode sample is judged by: its turn's reward, or its episode's score."""
 
 
 @dataclass
@@ -133,10 +135,21 @@ class Trajectory:
         """The model's responses, in order."""
         return [turn.response_text for turn in self.turns]
 
-    def samples(self) -> list[Sample]:
-        """Training samples: the whole episode, or one per turn in ``step`` mode."""
+    def samples(self, step_score: str = "turn") -> list[Sample]:
+        """Training samples: the whole episode, or one per turn in ``step`` mode.
+
+        Args:
+            step_score: ``step`` mode: each sample's score is its turn's reward
+                (``"turn"``) or the episode's score (``"episode"``, so that every
+                turn of a good episode is credited, as in trajectory-level GRPO).
+        """
+        if step_score not in STEP_SCORES:
+            raise ValueError(f"step_score={step_score!r} is not one of {list(STEP_SCORES)}")
         if self.mode == "step":
-            return [_sample(self, [turn], reward=turn.reward) for turn in self.turns]
+            return [
+                _sample(self, [turn], reward=self.score if step_score == "episode" else turn.reward)
+                for turn in self.turns
+            ]
         return [_sample(self, self.turns, reward=self.score)] if self.turns else []
 
 
@@ -239,7 +252,12 @@ class RolloutBatch:
 
     @classmethod
     def from_trajectories(
-        cls, trajectories: Sequence[Trajectory], *, pad_token_id: int, include_failed: bool = False
+        cls,
+        trajectories: Sequence[Trajectory],
+        *,
+        pad_token_id: int,
+        include_failed: bool = False,
+        step_score: str = "turn",
     ) -> RolloutBatch:
         """Pad the samples of ``trajectories`` into tensors.
 
@@ -248,6 +266,7 @@ class RolloutBatch:
             pad_token_id: Id written at padded positions.
             include_failed: Keep trajectories whose env or backend raised
                 (dropped by default: their episode score is not a real outcome).
+            step_score: See :meth:`Trajectory.samples`.
 
         Raises:
             ValueError: If no sample remains.
@@ -256,7 +275,7 @@ class RolloutBatch:
             sample
             for trajectory in trajectories
             if include_failed or not trajectory.failed
-            for sample in trajectory.samples()
+            for sample in trajectory.samples(step_score)
         ]
         if not samples:
             raise ValueError("no training samples: every trajectory failed or had no turns")

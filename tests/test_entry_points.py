@@ -37,8 +37,8 @@ def test_eval_solver_succeeds_everywhere(tmp_path: Path, env: str, agent: str, s
 
 def test_eval_random_agent_with_env_overrides(tmp_path: Path) -> None:
     result = run(
-        "agentgym.eval", "env=sokoban", "agent=random", "episodes=5", "+env.kwargs.max_steps=7",
-        "+env.kwargs.dim_room=[7,7]", "render_save_dir=null", f"hydra.run.dir={tmp_path}",
+        "agentgym.eval", "env=sokoban", "agent=random", "episodes=5", "++env.kwargs.max_steps=7",
+        "++env.kwargs.dim_room=[7,7]", "render_save_dir=null", f"hydra.run.dir={tmp_path}",
         cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

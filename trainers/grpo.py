@@ -75,6 +75,7 @@ class GRPOConfig:
     tis_cap: float | None
     val_renders: int
     seed: int
+    step_score: str = "turn"
 
     @property
     def needs_reference(self) -> bool:
@@ -160,7 +161,9 @@ def prepare_batch(
     Returns None when no sample carries a learning signal (all groups dropped).
     """
     try:
-        batch = RolloutBatch.from_trajectories(trajectories, pad_token_id=parts.pad_token_id)
+        batch = RolloutBatch.from_trajectories(
+            trajectories, pad_token_id=parts.pad_token_id, step_score=config.step_score
+        )
     except ValueError:
         metrics["train/kept_samples"] = 0.0
         return None

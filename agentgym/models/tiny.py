@@ -2,17 +2,23 @@
 envs' own text, a chat template, and a randomly initialised Qwen2 model.
 
 No hub is needed. The models satisfy vLLM-on-CPU's constraints (head_dim >= 32,
-untied embeddings), so every backend can serve them.
+untied embeddings), so every backend can serve them. :func:`ensure_tiny_model`
+builds one on first use, optionally warm-starts it on expert demonstrations
+(:mod:`agentgym.models.warmstart`), and caches it.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentgym.models.templates import TEMPLATES
+
+if TYPE_CHECKING:
+    from agentgym.models.warmstart import WarmStartSpec
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 """Special tokens: padding, and the ChatML turn delimiters (``<|im_end|>`` is the EOS)."""
@@ -29,13 +35,23 @@ MARKUP_TOKENS = (
 )
 """Response markup kept as single, ordinary (not special) tokens, as Qwen2.5 does."""
 
+GRID_SYMBOLS = "#_OX√PSG"
+"""Cell symbols of the grid envs' observations (Sokoban's and FrozenLake's ``SYMBOLS``)."""
+
+PIECES = rf"</?answer>|\n|[{GRID_SYMBOLS}](?=[{GRID_SYMBOLS}]*(?:\n|\z))"
+"""What the pre-tokenizer isolates: the answer tags, newlines, and every cell of a
+grid line (a line made only of grid symbols), so that a cell is always one token
+and the model sees the grid's geometry. Other text is not split at spaces, so
+BPE merges the envs' fixed sentences into a few tokens and prompts stay short."""
+
 
 @dataclass(frozen=True)
 class TinyModelSpec:
     """Shape of a locally built Qwen2 model.
 
     Attributes:
-        vocab_size: Target BPE vocabulary size (special and markup tokens included).
+        vocab_size: The most BPE tokens (special and markup tokens included);
+            training stops earlier when no pair of the corpus is left to merge.
         hidden_size: Model width; ``hidden_size / num_attention_heads`` must be >= 32.
         intermediate_size: MLP width.
         num_hidden_layers: Transformer blocks.
@@ -46,11 +62,11 @@ class TinyModelSpec:
         seed: Seed of the weight initialisation.
     """
 
-    vocab_size: int = 512
-    hidden_size: int = 64
-    intermediate_size: int = 128
+    vocab_size: int = 1024
+    hidden_size: int = 128
+    intermediate_size: int = 512
     num_hidden_layers: int = 2
-    num_attention_heads: int = 2
+    num_attention_heads: int = 4
     num_key_value_heads: int = 1
     max_position_embeddings: int = 4096
     chat_template: str = "chatml"
@@ -59,6 +75,9 @@ class TinyModelSpec:
 
 def build_tokenizer(corpus: Iterable[str], vocab_size: int, chat_template: str) -> Any:
     """Train a byte-level BPE tokenizer on ``corpus`` and wrap it for transformers.
+
+    The pre-tokenizer isolates :data:`PIECES` (grid cells, newlines, answer tags)
+    before the byte-level mapping.
 
     Args:
         corpus: Training texts (observations, instructions, responses).
@@ -76,11 +95,16 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int, chat_template: str) 
         raise ValueError(
             f"Unknown chat_template {chat_template!r}; valid options: {sorted(TEMPLATES)}"
         )
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PIECES), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -133,11 +157,23 @@ def build_model(tokenizer: Any, spec: TinyModelSpec) -> Any:
     return Qwen2ForCausalLM(config).eval()
 
 
-def build_tiny_model(corpus: Iterable[str], spec: TinyModelSpec, path: str | Path) -> Path:
-    """Build a tokenizer and a random model and save both to ``path``.
+def build_tiny_model(
+    corpus: Iterable[str],
+    spec: TinyModelSpec,
+    path: str | Path,
+    warm_start: WarmStartSpec | None = None,
+) -> Path:
+    """Build a tokenizer and a random model, warm-start it if asked, and save both to ``path``.
 
     The folder is a regular Hugging Face model folder: transformers, vLLM and
     ``vllm serve`` load it directly.
+
+    Args:
+        corpus: BPE training texts.
+        spec: The model's shape.
+        path: Where to save.
+        warm_start: Supervised warm start on expert demonstrations
+            (:mod:`agentgym.models.warmstart`); None: random weights.
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -145,12 +181,26 @@ def build_tiny_model(corpus: Iterable[str], spec: TinyModelSpec, path: str | Pat
     path = Path(path)
     tokenizer = build_tokenizer(corpus, spec.vocab_size, spec.chat_template)
     model = build_model(tokenizer, spec)
+    if warm_start is not None and warm_start.steps:
+        from agentgym.models.warmstart import build_examples
+        from agentgym.models.warmstart import warm_start as train_warm_start
+
+        started = time.perf_counter()
+        examples = build_examples(tokenizer, warm_start)
+        losses = train_warm_start(model, examples, warm_start)
+        tail = losses[-10:]
+        print(
+            f"warm start: {warm_start.steps} steps on {len(examples)} expert demonstrations "
+            f"({', '.join(sorted(warm_start.envs))}): answer loss {losses[0]:.3f} -> "
+            f"{sum(tail) / len(tail):.3f} in {time.perf_counter() - started:.0f} s",
+            flush=True,
+        )
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 
 
-TINY_VERSION = 1
+TINY_VERSION = 2
 """Bump when the corpus or the build changes, so cached models are rebuilt."""
 
 
@@ -168,17 +218,30 @@ def env_corpus(names: Iterable[str] = ("sokoban", "frozen_lake"), seeds: int = 1
             observation, _ = env.reset(seed=seed)
             texts += [observation, env.instructions]
         texts += [f"<answer>{action}</answer>" for action in env.action_names]
+    texts += ["system", "user", "assistant"]  # the chat template's role names
     return texts * 4
 
 
 def ensure_tiny_model(
-    spec: TinyModelSpec, cache_dir: str | Path, envs: Iterable[str] = ("sokoban", "frozen_lake")
+    spec: TinyModelSpec,
+    cache_dir: str | Path,
+    envs: Iterable[str] = ("sokoban", "frozen_lake"),
+    warm_start: WarmStartSpec | None = None,
 ) -> Path:
     """The tiny model for ``spec``, built on first use and cached under ``cache_dir``.
 
-    The folder name is a hash of the spec, the envs and :data:`TINY_VERSION`; a
-    build goes to a temporary folder renamed into place, so concurrent or
-    interrupted builds never leave a half-written model.
+    The folder name is a hash of the spec, the corpus envs, the warm start and
+    :data:`TINY_VERSION`; a build goes to a temporary folder renamed into
+    place, so concurrent or interrupted builds never leave a half-written model.
+
+    Args:
+        spec: The model's shape.
+        cache_dir: The cache folder (``~`` is expanded).
+        envs: Envs whose text trains the BPE.
+        warm_start: Supervised warm start; None: random weights.
+
+    Returns:
+        The model folder.
     """
     import hashlib
     import json
@@ -188,16 +251,25 @@ def ensure_tiny_model(
     from dataclasses import asdict
 
     envs = tuple(envs)
-    key = json.dumps({"spec": asdict(spec), "envs": envs, "version": TINY_VERSION}, sort_keys=True)
+    key = json.dumps(
+        {
+            "spec": asdict(spec),
+            "envs": envs,
+            "warm_start": None if warm_start is None else asdict(warm_start),
+            "version": TINY_VERSION,
+        },
+        sort_keys=True,
+    )
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     root = Path(cache_dir).expanduser()
     path = root / f"tiny-{digest}"
     if (path / "config.json").is_file():
         return path
     root.mkdir(parents=True, exist_ok=True)
+    print(f"building the tiny model (once; cached as {path})", flush=True)
     building = Path(tempfile.mkdtemp(prefix=f".tiny-{digest}-", dir=root))
     try:
-        build_tiny_model(env_corpus(envs), spec, building)
+        build_tiny_model(env_corpus(envs), spec, building, warm_start)
         os.replace(building, path)
     except OSError:
         if not (path / "config.json").is_file():  # not a concurrent build that won the race
