@@ -1,5 +1,6 @@
 """Build small chat models locally: a byte-level BPE tokenizer trained on the
-envs' own text, a chat template, and a randomly initialised Qwen2 model.
+envs' own text (:mod:`agentgym.models.tokenizer`), a chat template, and a
+randomly initialised Qwen2 model.
 
 No hub is needed. The models satisfy vLLM-on-CPU's constraints (head_dim >= 32,
 untied embeddings), so every backend can serve them. :func:`ensure_tiny_model`
@@ -15,34 +16,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentgym.models.templates import TEMPLATES
+from agentgym.models.tokenizer import (
+    MARKUP_TOKENS,
+    SPECIAL_TOKENS,
+    build_tokenizer,
+    env_corpus,
+    instruction_lines,
+)
 
 if TYPE_CHECKING:
     from agentgym.models.warmstart import WarmStartSpec
 
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-"""Special tokens: padding, and the ChatML turn delimiters (``<|im_end|>`` is the EOS)."""
-
-MARKUP_TOKENS = (
-    "<answer>",
-    "</answer>",
-    "<think>",
-    "</think>",
-    "<tool_call>",
-    "</tool_call>",
-    "<tool_response>",
-    "</tool_response>",
-)
-"""Response markup kept as single, ordinary (not special) tokens, as Qwen2.5 does."""
-
-GRID_SYMBOLS = "#_OX√PSG"
-"""Cell symbols of the grid envs' observations (Sokoban's and FrozenLake's ``SYMBOLS``)."""
-
-PIECES = rf"</?answer>|\n|[{GRID_SYMBOLS}](?=[{GRID_SYMBOLS}]*(?:\n|\z))"
-"""What the pre-tokenizer isolates: the answer tags, newlines, and every cell of a
-grid line (a line made only of grid symbols), so that a cell is always one token
-and the model sees the grid's geometry. Other text is not split at spaces, so
-BPE merges the envs' fixed sentences into a few tokens and prompts stay short."""
+__all__ = [
+    "MARKUP_TOKENS",
+    "SPECIAL_TOKENS",
+    "TINY_VERSION",
+    "TinyModelSpec",
+    "build_model",
+    "build_tiny_model",
+    "build_tokenizer",
+    "ensure_tiny_model",
+    "env_corpus",
+]
 
 
 @dataclass(frozen=True)
@@ -59,6 +54,8 @@ class TinyModelSpec:
         num_key_value_heads: Key/value heads (grouped-query attention).
         max_position_embeddings: Longest sequence the model supports.
         chat_template: A key of :data:`agentgym.models.templates.TEMPLATES`.
+        phrase_tokens: Keep each line of the corpus envs' instructions whole as
+            one token (:func:`ensure_tiny_model`), so prompts are short.
         seed: Seed of the weight initialisation.
     """
 
@@ -70,59 +67,8 @@ class TinyModelSpec:
     num_key_value_heads: int = 1
     max_position_embeddings: int = 4096
     chat_template: str = "chatml"
+    phrase_tokens: bool = False
     seed: int = 0
-
-
-def build_tokenizer(corpus: Iterable[str], vocab_size: int, chat_template: str) -> Any:
-    """Train a byte-level BPE tokenizer on ``corpus`` and wrap it for transformers.
-
-    The pre-tokenizer isolates :data:`PIECES` (grid cells, newlines, answer tags)
-    before the byte-level mapping.
-
-    Args:
-        corpus: Training texts (observations, instructions, responses).
-        vocab_size: Target vocabulary size.
-        chat_template: A key of :data:`TEMPLATES`.
-
-    Returns:
-        A ``transformers.PreTrainedTokenizerFast`` with the chat template set,
-        ``<|im_end|>`` as EOS and ``<|endoftext|>`` as padding.
-
-    Raises:
-        ValueError: If ``chat_template`` is unknown.
-    """
-    if chat_template not in TEMPLATES:
-        raise ValueError(
-            f"Unknown chat_template {chat_template!r}; valid options: {sorted(TEMPLATES)}"
-        )
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(PIECES), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(corpus, trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>"],
-        clean_up_tokenization_spaces=False,
-    )
-    fast.add_tokens(list(MARKUP_TOKENS))
-    fast.chat_template = TEMPLATES[chat_template]
-    return fast
 
 
 def build_model(tokenizer: Any, spec: TinyModelSpec) -> Any:
@@ -162,6 +108,7 @@ def build_tiny_model(
     spec: TinyModelSpec,
     path: str | Path,
     warm_start: WarmStartSpec | None = None,
+    phrases: Iterable[str] = (),
 ) -> Path:
     """Build a tokenizer and a random model, warm-start it if asked, and save both to ``path``.
 
@@ -174,19 +121,25 @@ def build_tiny_model(
         path: Where to save.
         warm_start: Supervised warm start on expert demonstrations
             (:mod:`agentgym.models.warmstart`); None: random weights.
+        phrases: Texts the tokenizer keeps whole as single tokens.
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
     """
     path = Path(path)
-    tokenizer = build_tokenizer(corpus, spec.vocab_size, spec.chat_template)
+    tokenizer = build_tokenizer(corpus, spec.vocab_size, spec.chat_template, phrases)
     model = build_model(tokenizer, spec)
     if warm_start is not None and warm_start.steps:
+        from transformers import AutoTokenizer
+
         from agentgym.models.warmstart import build_examples
         from agentgym.models.warmstart import warm_start as train_warm_start
 
         started = time.perf_counter()
-        examples = build_examples(tokenizer, warm_start)
+        # demonstrations are tokenized by the tokenizer as every user of the folder loads it
+        tokenizer.save_pretrained(path)
+        model.config.save_pretrained(path)
+        examples = build_examples(AutoTokenizer.from_pretrained(str(path)), warm_start)
         losses = train_warm_start(model, examples, warm_start)
         tail = losses[-10:]
         print(
@@ -200,26 +153,8 @@ def build_tiny_model(
     return path
 
 
-TINY_VERSION = 2
+TINY_VERSION = 3
 """Bump when the corpus or the build changes, so cached models are rebuilt."""
-
-
-def env_corpus(names: Iterable[str] = ("sokoban", "frozen_lake"), seeds: int = 16) -> list[str]:
-    """Instructions, observations and well-formed answers of registered envs, for BPE training."""
-    import agentgym
-    from agentgym.envs.text_env import TextEnv
-
-    texts: list[str] = []
-    for name in names:
-        env = agentgym.make(name).unwrapped
-        if not isinstance(env, TextEnv):
-            raise TypeError(f"env {name!r} is not a TextEnv")
-        for seed in range(seeds):
-            observation, _ = env.reset(seed=seed)
-            texts += [observation, env.instructions]
-        texts += [f"<answer>{action}</answer>" for action in env.action_names]
-    texts += ["system", "user", "assistant"]  # the chat template's role names
-    return texts * 4
 
 
 def ensure_tiny_model(
@@ -269,7 +204,8 @@ def ensure_tiny_model(
     print(f"building the tiny model (once; cached as {path})", flush=True)
     building = Path(tempfile.mkdtemp(prefix=f".tiny-{digest}-", dir=root))
     try:
-        build_tiny_model(env_corpus(envs), spec, building, warm_start)
+        phrases = instruction_lines(envs) if spec.phrase_tokens else []
+        build_tiny_model(env_corpus(envs), spec, building, warm_start, phrases)
         os.replace(building, path)
     except OSError:
         if not (path / "config.json").is_file():  # not a concurrent build that won the race
