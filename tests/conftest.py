@@ -44,3 +44,21 @@ def tiny_tokenizer(tiny_model_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def masked_spans(ids: list[int], mask: list[int]) -> list[list[int]]:
+    """The runs of consecutive ids where ``mask`` is 1: one per model response.
+
+    Responses are decoded one span at a time: a random model may end a
+    response inside a multi-byte character, which must not merge with the
+    next response's bytes.
+    """
+    spans: list[list[int]] = []
+    previous = 0
+    for token, flag in zip(ids, mask, strict=True):
+        if flag and not previous:
+            spans.append([])
+        if flag:
+            spans[-1].append(token)
+        previous = flag
+    return spans

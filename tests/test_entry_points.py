@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import masked_spans
+
 
 def run(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -90,9 +92,10 @@ def test_eval_tiny_model_writes_renders_and_a_checkable_dump(
     assert len(lines) == 3
     for line in lines:
         record = json.loads(line)
-        masked = [t for t, m in zip(record["input_ids"], record["loss_mask"], strict=True) if m]
-        responses = "".join(str(tokenizer.decode(t["response_ids"])) for t in record["turns"])
-        assert tokenizer.decode(masked) == responses
+        spans = masked_spans(record["input_ids"], record["loss_mask"])
+        assert spans == [turn["response_ids"] for turn in record["turns"]]
+        responses = [str(tokenizer.decode(t["response_ids"])) for t in record["turns"]]
+        assert [tokenizer.decode(span) for span in spans] == responses
         assert len(record["logprobs"]) == len(record["input_ids"])
         assert {"group_id", "tag", "seed", "success", "termination_reason"} <= set(record)
         assert record["prefix_drift"] is None

@@ -29,6 +29,7 @@ from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, collect
 from agentgym.trajectory import Trajectory
+from tests.conftest import masked_spans
 
 TOLERANCE = 1e-4
 
@@ -60,8 +61,11 @@ async def check_backend(backend: GenerationBackend, model: Any, tokenizer: Any) 
         assert not trajectory.failed, trajectory.error
         assert trajectory.prefix_drift is None
         ids, mask = trajectory.input_ids, trajectory.loss_mask
-        generated = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
-        assert generated == "".join(tokenizer.decode(t.response_ids) for t in trajectory.turns)
+        spans = masked_spans(ids, mask)
+        assert spans == [turn.response_ids for turn in trajectory.turns]
+        assert [tokenizer.decode(s) for s in spans] == [
+            tokenizer.decode(turn.response_ids) for turn in trajectory.turns
+        ]
         engine = [
             lp for turn in trajectory.turns for lp in [0.0] * len(turn.prompt_ids) + turn.logprobs
         ]

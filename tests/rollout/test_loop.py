@@ -17,6 +17,7 @@ from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, RolloutResult, collect
 from agentgym.trajectory import RolloutBatch, Trajectory
+from tests.conftest import masked_spans
 from tests.rollout.envs import AddToolEnv, CountEnv, registered
 
 
@@ -42,9 +43,10 @@ def assert_token_exact(trajectory: Trajectory, tokenizer: Any) -> None:
     """Decoding the loss-masked tokens gives exactly the model's responses."""
     ids, mask = trajectory.input_ids, trajectory.loss_mask
     assert len(ids) == len(mask)
-    generated = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
-    responses = "".join(tokenizer.decode(turn.response_ids) for turn in trajectory.turns)
-    assert generated == responses
+    spans = masked_spans(ids, mask)
+    assert spans == [turn.response_ids for turn in trajectory.turns]
+    generated = [tokenizer.decode(span) for span in spans]
+    assert generated == [tokenizer.decode(turn.response_ids) for turn in trajectory.turns]
     assert sum(mask) == sum(len(turn.response_ids) for turn in trajectory.turns)
     assert trajectory.prefix_drift is None
 

@@ -26,6 +26,8 @@ SMALL = [
     "sequence_length=512",
     "generation.max_new_tokens=6",
     "train_env_manager.env_groups=2",
+    "train_env_manager.group_size=4",
+    "rollout_mode=trajectory",
     "rollout_batch_size=8",
     "val_batch_size=2",
     "val_env_manager.env_groups=2",
@@ -35,6 +37,7 @@ SMALL = [
     "reward_normalization.method=identity",
     "drop_zero_variance_groups=false",
     "model.cache_dir={cache}",
+    "model.warm_start=null",  # random weights: fast, and independent of the warm start
 ]
 
 
