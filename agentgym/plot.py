@@ -71,14 +71,14 @@ def _label(value: float) -> str:
 
 
 def _panel(points: Series, title: str, x_label: str) -> Image.Image:
-    """One panel: axes, grid, ticks, the curve and its first → last values."""
+    """One panel: axes, grid, ticks, the curve, and its first and last values in the title."""
     image = Image.new("RGB", _PANEL, "white")
     draw = ImageDraw.Draw(image)
     font = ImageFont.load_default(size=13)
     left, right, bottom, top = _MARGIN
     x0, y0, x1, y1 = left, top, _PANEL[0] - right, _PANEL[1] - bottom
     first, last = points[0][1], points[-1][1]
-    draw.text((x0, 8), f"{title}: {first:.3g} → {last:.3g}", fill=_INK, font=font)
+    draw.text((x0, 8), f"{title}: {first:.3g} at start, {last:.3g} at end", fill=_INK, font=font)
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     x_ticks, y_ticks = nice_ticks(min(xs), max(xs)), nice_ticks(min(ys), max(ys))
 
