@@ -16,7 +16,15 @@ from agentgym.models.tiny import TinyModelSpec, build_tiny_model
 from agentgym.models.tokenizer import GRID_SYMBOLS, env_corpus, instruction_lines
 from agentgym.models.warmstart import prompt_ids
 
-ENVS = {"sokoban": {"dim_room": [6, 6], "search_depth": 3}, "frozen_lake": {"size": 4}}
+ENVS: dict[str, dict[str, Any]] = {
+    "sokoban": {"dim_room": [6, 6], "search_depth": 3},
+    "frozen_lake": {"size": 4},
+}
+
+
+def make(name: str) -> Any:
+    """The unwrapped env (a TextEnv) with the test's arguments."""
+    return agentgym.make(name, **ENVS[name]).unwrapped
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +40,7 @@ def tokenizer(folder: Path) -> Any:
 
 
 def observations(name: str, count: int = 20) -> list[str]:
-    env = agentgym.make(name, **ENVS[name]).unwrapped
+    env = make(name)
     return [env.reset(seed=seed)[0] for seed in range(count)]
 
 
@@ -57,7 +65,7 @@ def test_an_answer_is_four_tokens(tokenizer: Any, action: str) -> None:
 
 def test_step_prompts_are_short(tokenizer: Any) -> None:
     for name, length in [("sokoban", 63), ("frozen_lake", 41)]:
-        env = agentgym.make(name, **ENVS[name]).unwrapped
+        env = make(name)
         observation, _ = env.reset(seed=0)
         # scaffolding 13, one token per instruction line and per newline between, the grid
         assert len(prompt_ids(tokenizer, env.instructions, observation)) == length
@@ -66,7 +74,7 @@ def test_step_prompts_are_short(tokenizer: Any) -> None:
 def test_qwen2_loading_and_the_saved_tokenizer_agree(folder: Path, tokenizer: Any) -> None:
     assert type(tokenizer).__name__ == "Qwen2Tokenizer"  # transformers' choice for qwen2
     plain = PreTrainedTokenizerFast.from_pretrained(folder)  # the tokenizer.json as saved
-    env = agentgym.make("sokoban", **ENVS["sokoban"]).unwrapped
+    env = make("sokoban")
     texts = [*observations("sokoban"), *observations("frozen_lake"), env.instructions]
     texts += ["Symbols: P you standing next to a box.\n######\n#PX_O#", "<answer>Up</answer>"]
     for text in texts:

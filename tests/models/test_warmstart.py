@@ -44,7 +44,7 @@ def random_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
 def test_expert_labels_are_the_solvers_first_moves() -> None:
     pairs = expert_pairs("sokoban", SOKOBAN, 40, explore=0.5, seed=3)
     assert len(pairs) == 40
-    env = agentgym.make("sokoban", **SOKOBAN).unwrapped
+    env: Any = agentgym.make("sokoban", **SOKOBAN).unwrapped
     for instructions, observation, action, response_format in pairs:
         assert instructions == env.instructions and response_format == "answer"
         assert action in ACTIONS and observation.count("\n") == 5
