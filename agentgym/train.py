@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -335,6 +336,7 @@ register_env_configs()
 @hydra.main(version_base=None, config_path="configs", config_name="config")
 def main(cfg: DictConfig) -> None:
     """Hydra entry point: see ``configs/config.yaml``."""
+    started = time.perf_counter()
     check_config(cfg)
     grpo, parts = build(cfg)
     resume = cfg.resume_from_checkpoint
@@ -347,7 +349,7 @@ def main(cfg: DictConfig) -> None:
             f"validation success: {first:.3f} at step {first_step:g} -> "
             f"{last:.3f} at step {last_step:g} ({(last - first) * 100:+.1f} points)"
         )
-    print(f"output: {cfg.output_dir}")
+    print(f"finished in {time.perf_counter() - started:.0f} s; output: {cfg.output_dir}")
     print(f"metrics: {metrics_file}")
     plot = plot_validation(metrics_file, Path(cfg.output_dir) / "validation.png")
     if plot is not None:

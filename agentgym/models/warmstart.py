@@ -8,7 +8,10 @@ history: the env's instructions as the system message, the observation as the
 user message, the chat template's generation prompt, then the expert's answer
 (``<answer>Up</answer>`` and the end-of-turn token), which alone carries the
 loss. The warm start is meant to be short: the model learns the format and a
-rough policy, and reinforcement learning has room to improve it.
+rough policy, and reinforcement learning has room to improve it. With
+``label_noise`` the demonstrator is ε-greedy (a fraction of labels are random
+actions), as in offline-RL "medium" datasets: the model learns to read the
+board but samples a diluted policy, which reinforcement learning sharpens.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ class WarmStartSpec:
         explore: Probability of a random move while an episode is played, so
             that the pairs also cover states off the expert's path (each visited
             state is labelled by the solver from where it is).
+        label_noise: Probability that an example's label is a uniformly random
+            action instead of the solver's (an ε-greedy demonstrator); the
+            move played is unaffected.
         envs: Env name → constructor arguments of the envs that demonstrate.
             Every env needs a ``solve()`` method.
         seed: Seeds the episodes, the exploration, the batches and the update.
@@ -52,6 +58,7 @@ class WarmStartSpec:
     weight_decay: float = 0.0
     examples_per_env: int = 4096
     explore: float = 0.25
+    label_noise: float = 0.0
     envs: Mapping[str, Mapping[str, Any]] = field(default_factory=_default_envs)
     seed: int = 0
 
@@ -61,6 +68,8 @@ class WarmStartSpec:
                 raise ValueError(f"warm start {key} must be positive, got {getattr(self, key)}")
         if not 0.0 <= self.explore < 1.0:
             raise ValueError(f"warm start explore must be in [0, 1), got {self.explore}")
+        if not 0.0 <= self.label_noise <= 1.0:
+            raise ValueError(f"warm start label_noise must be in [0, 1], got {self.label_noise}")
         if not self.envs:
             raise ValueError("warm start envs must name at least one env with a solver")
 
@@ -83,13 +92,20 @@ class Example:
 
 
 def expert_pairs(
-    name: str, kwargs: Mapping[str, Any], count: int, *, explore: float, seed: int
+    name: str,
+    kwargs: Mapping[str, Any],
+    count: int,
+    *,
+    explore: float,
+    seed: int,
+    label_noise: float = 0.0,
 ) -> list[tuple[str, str, str, str]]:
     """``count`` (instructions, observation, expert action, response format) tuples.
 
     Episodes are played from seeds ``seed, seed + 1, ...``: the solver's action
-    is recorded at every state; with probability ``explore`` a random action
-    is played instead of it. States the solver cannot solve (a Sokoban box in
+    is recorded at every state (a random action instead, with probability
+    ``label_noise``); with probability ``explore`` a random action is played
+    instead of the solver's. States the solver cannot solve (a Sokoban box in
     a corner, a FrozenLake hole) end the episode without a label.
 
     Raises:
@@ -105,6 +121,7 @@ def expert_pairs(
     if not callable(solve):
         raise TypeError(f"warm start: env {name!r} has no solve() to demonstrate with")
     rng = np.random.default_rng(seed)
+    label_rng = np.random.default_rng([seed, 1])  # its own stream: the moves don't depend on it
     pairs: list[tuple[str, str, str, str]] = []
     episode = seed
     while len(pairs) < count:
@@ -115,7 +132,10 @@ def expert_pairs(
             plan = solve()
             if not plan:  # solved already, or unsolvable from here
                 break
-            pairs.append((env.instructions, observation, plan[0], env.response_format))
+            label = plan[0]
+            if label_rng.random() < label_noise:
+                label = env.action_names[int(label_rng.integers(len(env.action_names)))]
+            pairs.append((env.instructions, observation, label, env.response_format))
             action = plan[0]
             if rng.random() < explore:
                 action = env.action_names[int(rng.integers(len(env.action_names)))]
@@ -137,6 +157,7 @@ def build_examples(tokenizer: Any, spec: WarmStartSpec) -> list[Example]:
             spec.examples_per_env,
             explore=spec.explore,
             seed=spec.seed * 1_000_003 + offset * 100_003,
+            label_noise=spec.label_noise,
         )
         for instructions, observation, action, response_format in pairs:
             answer = format_response([action], response_format)

@@ -54,6 +54,19 @@ def test_expert_labels_are_the_solvers_first_moves() -> None:
     assert [action for _, _, action, _ in first] == env.solve()[:3]
 
 
+def test_label_noise_replaces_labels_but_not_the_states_visited() -> None:
+    clean = expert_pairs("frozen_lake", LAKE, 400, explore=0.25, seed=5)
+    noisy = expert_pairs("frozen_lake", LAKE, 400, explore=0.25, seed=5, label_noise=0.5)
+    # the same episodes are played: the moves do not depend on the labels
+    assert [p[1] for p in noisy] == [p[1] for p in clean]
+    changed = sum(c[2] != n[2] for c, n in zip(clean, noisy, strict=True))
+    # half the labels are drawn uniformly, and 3 in 4 of those differ from the solver's
+    assert 0.25 < changed / 400 < 0.5
+    assert {n[2] for n in noisy} == set(ACTIONS)
+    with pytest.raises(ValueError, match="label_noise must be in"):
+        WarmStartSpec(label_noise=1.5)
+
+
 def test_collate_puts_the_loss_on_answer_tokens_only() -> None:
     examples = [
         Example("e", prompt_ids=[5, 6, 7], answer_ids=[8, 9], action="Up"),
