@@ -123,6 +123,16 @@ def check_config(cfg: DictConfig) -> None:
             f"val_batch_size={cfg.val_batch_size} must equal val_env_manager env_groups × "
             f"group_size = {cfg.val_env_manager.env_groups} × {cfg.val_env_manager.group_size}"
         )
+    if cfg.step_advantage_weight < 0 or not 0 < cfg.step_gamma <= 1:
+        raise ConfigError(
+            f"step_advantage_weight={cfg.step_advantage_weight} must be >= 0 and "
+            f"step_gamma={cfg.step_gamma} in (0, 1]"
+        )
+    if cfg.step_advantage_weight and cfg.rollout_mode != "step":
+        raise ConfigError(
+            f"step_advantage_weight={cfg.step_advantage_weight} (GiGPO) needs one sample per "
+            f"turn: set rollout_mode=step (it is {cfg.rollout_mode!r})"
+        )
     if cfg.generation.max_new_tokens >= cfg.sequence_length:
         raise ConfigError(
             f"generation.max_new_tokens={cfg.generation.max_new_tokens} leaves no room for a "
@@ -270,6 +280,8 @@ def build(cfg: DictConfig) -> tuple[GRPOConfig, TrainParts]:
         val_renders=cfg.validation.renders,
         seed=cfg.seed,
         step_score=cfg.step_score,
+        step_advantage_weight=cfg.step_advantage_weight,
+        step_gamma=cfg.step_gamma,
     )
     reference = None
     if grpo.needs_reference:

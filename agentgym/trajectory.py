@@ -135,22 +135,34 @@ class Trajectory:
         """The model's responses, in order."""
         return [turn.response_text for turn in self.turns]
 
-    def samples(self, step_score: str = "turn") -> list[Sample]:
+    def samples(self, step_score: str = "turn", step_gamma: float = 1.0) -> list[Sample]:
         """Training samples: the whole episode, or one per turn in ``step`` mode.
 
         Args:
             step_score: ``step`` mode: each sample's score is its turn's reward
                 (``"turn"``) or the episode's score (``"episode"``, so that every
                 turn of a good episode is credited, as in trajectory-level GRPO).
+            step_gamma: Discount over turns of each sample's ``step_return``
+                (the return from its turn to the end of the episode).
         """
         if step_score not in STEP_SCORES:
             raise ValueError(f"step_score={step_score!r} is not one of {list(STEP_SCORES)}")
+        returns = [0.0] * len(self.turns)
+        following = 0.0
+        for i in reversed(range(len(self.turns))):
+            following = self.turns[i].reward + step_gamma * following
+            returns[i] = following
         if self.mode == "step":
             return [
-                _sample(self, [turn], reward=self.score if step_score == "episode" else turn.reward)
-                for turn in self.turns
+                _sample(
+                    self,
+                    [turn],
+                    reward=self.score if step_score == "episode" else turn.reward,
+                    step_return=returns[i],
+                )
+                for i, turn in enumerate(self.turns)
             ]
-        return [_sample(self, self.turns, reward=self.score)] if self.turns else []
+        return [_sample(self, self.turns, self.score, returns[0])] if self.turns else []
 
 
 @dataclass(frozen=True)
@@ -166,6 +178,10 @@ class Sample:
             turn's reward in ``step`` mode).
         group_id: The trajectory's GRPO group.
         tag: The trajectory's env tag.
+        step_return: The discounted return from the sample's (first) turn to
+            the end of the episode.
+        state: The observation the sample's (first) turn answered: samples of
+            one group with the same state are GiGPO's anchor-state group.
     """
 
     input_ids: list[int]
@@ -175,9 +191,13 @@ class Sample:
     score: float
     group_id: int
     tag: str
+    step_return: float = 0.0
+    state: str = ""
 
 
-def _sample(trajectory: Trajectory, turns: Sequence[Turn], reward: float) -> Sample:
+def _sample(
+    trajectory: Trajectory, turns: Sequence[Turn], reward: float, step_return: float
+) -> Sample:
     ids: list[int] = []
     mask: list[int] = []
     logprobs: list[float] = []
@@ -193,7 +213,17 @@ def _sample(trajectory: Trajectory, turns: Sequence[Turn], reward: float) -> Sam
         rewards += [0.0] * len(turn.response_ids)
         if turn.response_ids:
             rewards[-1] = turn.reward
-    return Sample(ids, mask, logprobs, rewards, reward, trajectory.group_id, trajectory.tag)
+    return Sample(
+        ids,
+        mask,
+        logprobs,
+        rewards,
+        reward,
+        trajectory.group_id,
+        trajectory.tag,
+        step_return=step_return,
+        state=turns[0].observation,
+    )
 
 
 @dataclass
@@ -216,6 +246,9 @@ class RolloutBatch:
         ref_logprobs: ``[B, T]`` under the frozen reference model, when KL is used.
         is_weights: ``[B, T]`` truncated importance weights (trainer vs engine), when used.
         advantages: ``[B, T]``, filled by the trainer.
+        step_returns: ``[B]`` each sample's discounted return from its turn on.
+        state_ids: ``[B]`` the anchor-state group of each sample: equal for
+            samples of one GRPO group whose turn answered the same observation.
     """
 
     input_ids: torch.Tensor
@@ -231,6 +264,8 @@ class RolloutBatch:
     ref_logprobs: torch.Tensor | None = None
     is_weights: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
+    step_returns: torch.Tensor | None = None
+    state_ids: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -258,6 +293,7 @@ class RolloutBatch:
         pad_token_id: int,
         include_failed: bool = False,
         step_score: str = "turn",
+        step_gamma: float = 1.0,
     ) -> RolloutBatch:
         """Pad the samples of ``trajectories`` into tensors.
 
@@ -266,7 +302,7 @@ class RolloutBatch:
             pad_token_id: Id written at padded positions.
             include_failed: Keep trajectories whose env or backend raised
                 (dropped by default: their episode score is not a real outcome).
-            step_score: See :meth:`Trajectory.samples`.
+            step_score, step_gamma: See :meth:`Trajectory.samples`.
 
         Raises:
             ValueError: If no sample remains.
@@ -275,7 +311,7 @@ class RolloutBatch:
             sample
             for trajectory in trajectories
             if include_failed or not trajectory.failed
-            for sample in trajectory.samples(step_score)
+            for sample in trajectory.samples(step_score, step_gamma)
         ]
         if not samples:
             raise ValueError("no training samples: every trajectory failed or had no turns")
@@ -284,6 +320,8 @@ class RolloutBatch:
         def pad(rows: list[list[Any]], value: float, dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor([row + [value] * (width - len(row)) for row in rows], dtype=dtype)
 
+        states: dict[tuple[int, str], int] = {}
+        state_ids = [states.setdefault((s.group_id, s.state), len(states)) for s in samples]
         lengths = torch.tensor([len(s.input_ids) for s in samples])
         attention_mask = (torch.arange(width)[None, :] < lengths[:, None]).long()  # [B, T]
         return cls(
@@ -296,4 +334,6 @@ class RolloutBatch:
             scores=torch.tensor([s.score for s in samples], dtype=torch.float32),
             group_ids=torch.tensor([s.group_id for s in samples], dtype=torch.long),
             tags=[s.tag for s in samples],
+            step_returns=torch.tensor([s.step_return for s in samples], dtype=torch.float32),
+            state_ids=torch.tensor(state_ids, dtype=torch.long),
         )

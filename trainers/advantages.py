@@ -191,6 +191,24 @@ def normalize_rewards(
     return normalized
 
 
+def anchor_state_advantages(step_returns: Tensor, state_ids: Tensor, method: str) -> Tensor:
+    """GiGPO's step-level advantages (Feng et al., 2025): ``[B]``.
+
+    Samples of one GRPO group whose turn answered the same observation form an
+    anchor-state group. Each sample's discounted return from that turn on is
+    normalized within its anchor-state group with ``method``, so an action is
+    judged against the other actions taken from the same state. A state seen
+    once gives 0. The trainer adds ``step_advantage_weight`` times this to the
+    episode-level (GRPO) normalized score.
+
+    Args:
+        step_returns: ``[B]`` each sample's discounted return from its turn on.
+        state_ids: ``[B]`` anchor-state group ids (``RolloutBatch.state_ids``).
+        method: One of :data:`NORMALIZATIONS`.
+    """
+    return normalize_rewards(step_returns, grouping="state", method=method, group_ids=state_ids)
+
+
 class AdvantageEstimator(Protocol):
     """Per-token advantages from normalized scores and token rewards."""
 

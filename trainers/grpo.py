@@ -23,7 +23,11 @@ from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, collect
 from agentgym.rollout.render import dump_trajectories, render_trajectories
-from agentgym.trainers.advantages import compute_advantages, normalize_rewards
+from agentgym.trainers.advantages import (
+    anchor_state_advantages,
+    compute_advantages,
+    normalize_rewards,
+)
 from agentgym.trainers.checkpoint import (
     latest_checkpoint,
     rng_state,
@@ -76,6 +80,8 @@ class GRPOConfig:
     val_renders: int
     seed: int
     step_score: str = "turn"
+    step_advantage_weight: float = 0.0
+    step_gamma: float = 0.95
 
     @property
     def needs_reference(self) -> bool:
@@ -162,16 +168,24 @@ def prepare_batch(
     """
     try:
         batch = RolloutBatch.from_trajectories(
-            trajectories, pad_token_id=parts.pad_token_id, step_score=config.step_score
+            trajectories,
+            pad_token_id=parts.pad_token_id,
+            step_score=config.step_score,
+            step_gamma=config.step_gamma,
         )
     except ValueError:
         metrics["train/kept_samples"] = 0.0
         return None
+    step_advantages = step_level_advantages(config, batch, metrics)  # [B] or None
     if config.drop_zero_variance_groups:
         keep = varied_groups(batch.scores, batch.group_ids)  # [B]
+        if step_advantages is not None:
+            keep |= step_advantages != 0
         metrics["train/kept_samples"] = float(keep.sum())
         if not bool(keep.any()):
             return None
+        if step_advantages is not None:
+            step_advantages = step_advantages[keep]
         batch = batch.rows(keep.nonzero()[:, 0], width=int(batch.attention_mask[keep].sum(1).max()))
     mask = batch.loss_mask.float()  # [B, T]
     batch.old_logprobs = parts.strategy.logprobs(batch, config.micro_batch_size) * mask
@@ -200,6 +214,8 @@ def prepare_batch(
         tags=batch.tags,
         reward_clip=config.reward_clip,
     )
+    if step_advantages is not None:
+        normalized = normalized + config.step_advantage_weight * step_advantages
     batch.advantages = compute_advantages(
         config.adv_estimator,
         normalized_scores=normalized,
@@ -378,6 +394,20 @@ def restore(parts: TrainParts, resume: bool | str) -> int:
     parts.train_manager.load_state_dict(state["train_env_manager"])
     set_rng_state(torch.load(path / "rng.pt", weights_only=False))
     return int(state["step"])
+
+
+def step_level_advantages(
+    config: GRPOConfig, batch: RolloutBatch, metrics: dict[str, float]
+) -> torch.Tensor | None:
+    """GiGPO's step-level term ``[B]`` (see :func:`anchor_state_advantages`); None when off."""
+    if not config.step_advantage_weight:
+        return None
+    if batch.step_returns is None or batch.state_ids is None:
+        raise ValueError("GiGPO needs the batch's step_returns and state_ids (from_trajectories)")
+    sizes = torch.bincount(batch.state_ids)[batch.state_ids]  # [B]
+    metrics["train/anchor_state_share"] = float((sizes > 1).float().mean())
+    metrics["train/anchor_state_groups"] = float(torch.unique(batch.state_ids).numel())
+    return anchor_state_advantages(batch.step_returns, batch.state_ids, config.normalization)
 
 
 def varied_groups(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:

@@ -28,6 +28,7 @@ SMALL = [
     "train_env_manager.env_groups=2",
     "train_env_manager.group_size=4",
     "rollout_mode=trajectory",
+    "step_advantage_weight=0",  # GiGPO's step term needs step mode
     "rollout_batch_size=8",
     "val_batch_size=2",
     "val_env_manager.env_groups=2",
@@ -142,6 +143,8 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path: Path, cache:
             "not divisible by per_device_train_batch_size",
         ),
         ("loss_agg_mode=token_mean", "Did you mean 'token-mean'"),
+        ("step_advantage_weight=1.0", "needs one sample per turn: set rollout_mode=step"),
+        ("step_gamma=0", "step_gamma=0 in (0, 1]"),
     ],
 )
 def test_bad_config_values_fail_at_start(
@@ -164,6 +167,7 @@ def test_bad_config_values_fail_at_start(
         ),
         (
             "adv_estimator=reinforce", "add_token_level_kl=true", "rollout_mode=step",
+            "step_advantage_weight=1.0",
             "reward_normalization.grouping=inductive", "advantage_clip=2.0",
             "tracker=tensorboard",
         ),
@@ -185,4 +189,5 @@ def test_every_loss_term_runs_through_the_recipe(
         assert steps[2]["actor/updates"] == 2.0  # two PPO epochs of one mini-batch
     else:
         assert "actor/token_level_kl" in steps[2]
+        assert 0 <= steps[2]["train/anchor_state_share"] <= 1  # GiGPO's anchor states
         assert list((output / "logs" / "tensorboard").iterdir())
