@@ -87,6 +87,40 @@ def test_train_with_hf_writes_metrics_checkpoints_and_renders(tmp_path: Path, ca
     assert (renders / "index.html").is_file()
     assert len(list(renders.glob("step0_*.gif"))) == 2
     assert len(list(renders.glob("step4_*.html"))) == 2
+    # the end-of-run report: validation at start and end, the plot, where things are
+    assert "validation success: " in result.stdout and " points)" in result.stdout
+    plot = output / "validation.png"
+    assert f"plot: {plot}" in result.stdout
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"renders: {renders / 'index.html'}" in result.stdout
+
+
+def validation(output: Path) -> dict[int, dict[str, Any]]:
+    """Validation metrics by step."""
+    rows: dict[int, dict[str, Any]] = {}
+    for line in (output / "logs" / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        values = {k: v for k, v in record.items() if k.startswith("val/")}
+        if values:
+            rows[record["step"]] = values
+    return rows
+
+
+def test_learning_rate_zero_is_a_control_with_identical_validation(
+    tmp_path: Path, cache: Path
+) -> None:
+    # The README's control run: with lr 0 the policy never changes, so the
+    # seeded validation on fixed seeds repeats exactly; with lr > 0 it moves.
+    common = ("generation=hf", "eval_steps=2", "save_steps=4")
+    control, trained = tmp_path / "control", tmp_path / "trained"
+    train(control, cache, *common, "actor_train.training_args.learning_rate=0")
+    train(trained, cache, *common, "actor_train.training_args.learning_rate=1e-2")
+    frozen, moved = validation(control), validation(trained)
+    assert sorted(frozen) == sorted(moved) == [0, 2, 4]
+    assert frozen[0] == moved[0]  # same start: same model, seeds and sampling
+    assert frozen[2] == frozen[0] and frozen[4] == frozen[0]
+    assert any(row["actor/grad_norm"] > 0 for row in metrics(control).values())
+    assert moved[4] != moved[0]
 
 
 def test_train_with_vllm_generation(tmp_path: Path, cache: Path) -> None:
