@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import difflib
 import json
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from agentgym.rollout.chat import PREFIX_CHECK_MODES, ChatTokenizer
 from agentgym.rollout.env_manager import EnvConfig, EnvManager
 from agentgym.rollout.loop import RolloutConfig
 from agentgym.trainers.advantages import ADVANTAGE_ESTIMATORS, GROUPINGS, NORMALIZATIONS
-from agentgym.trainers.grpo import GRPOConfig, TrainParts, train
+from agentgym.trainers.grpo import OLD_LOGPROBS, GRPOConfig, TrainParts, train
 from agentgym.trainers.losses import KL_PENALTIES, LOSS_AGG_MODES
 from agentgym.trainers.strategy import TorchStrategy
 from agentgym.trainers.tracking import METRICS_FILE, TRACKERS, make_tracker
@@ -99,6 +101,7 @@ def check_config(cfg: DictConfig) -> None:
     _choice("rollout_mode", cfg.rollout_mode, SAMPLE_MODES)
     _choice("step_score", cfg.step_score, STEP_SCORES)
     _choice("prefix_check", cfg.prefix_check, PREFIX_CHECK_MODES)
+    _choice("old_logprobs", cfg.old_logprobs, OLD_LOGPROBS)
     _choice("generation.backend", cfg.generation.backend, BACKENDS)
     _choice("actor_train.strategy_args.strategy_name", cfg.strategy.strategy_name, STRATEGIES)
     for kind in [cfg.track_with] if isinstance(cfg.track_with, str) else cfg.track_with:
@@ -132,6 +135,11 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(
             f"step_advantage_weight={cfg.step_advantage_weight} (GiGPO) needs one sample per "
             f"turn: set rollout_mode=step (it is {cfg.rollout_mode!r})"
+        )
+    if cfg.tis_cap is not None and cfg.old_logprobs != "trainer":
+        raise ConfigError(
+            f"tis_cap={cfg.tis_cap} reweights by the trainer/engine logprob gap, which needs π_old "
+            f"recomputed by the trainer: set old_logprobs=trainer (it is {cfg.old_logprobs!r})"
         )
     if cfg.generation.max_new_tokens >= cfg.sequence_length:
         raise ConfigError(
@@ -282,6 +290,7 @@ def build(cfg: DictConfig) -> tuple[GRPOConfig, TrainParts]:
         step_score=cfg.step_score,
         step_advantage_weight=cfg.step_advantage_weight,
         step_gamma=cfg.step_gamma,
+        old_logprobs=cfg.old_logprobs,
     )
     reference = None
     if grpo.needs_reference:
@@ -345,10 +354,16 @@ def _saved_step(root: Path) -> int | None:
 register_env_configs()
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    sys.exit(128 + signum)
+
+
 @hydra.main(version_base=None, config_path="configs", config_name="config")
 def main(cfg: DictConfig) -> None:
     """Hydra entry point: see ``configs/config.yaml``."""
     started = time.perf_counter()
+    # SIGTERM unwinds like Ctrl-C, so the generation engine's process is shut down too
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     check_config(cfg)
     grpo, parts = build(cfg)
     resume = cfg.resume_from_checkpoint

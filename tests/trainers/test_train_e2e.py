@@ -127,14 +127,58 @@ def test_train_with_vllm_generation(tmp_path: Path, cache: Path) -> None:
     if os.environ.get("AGENTGYM_REQUIRE_VLLM") != "1":
         pytest.importorskip("vllm")
     output = tmp_path / "run"
-    result = train(output, cache, "generation=vllm", "max_steps=2")
+    result = train(output, cache, "generation=vllm", "max_steps=2", "old_logprobs=trainer")
     assert "generation backend: vllm" in result.stdout
     steps = metrics(output)
     assert sorted(steps) == [1, 2]
-    # π_old is recomputed by the trainer; the gap to vLLM's logprobs stays at float noise
+    # π_old recomputed by the trainer: the gap to vLLM's logprobs stays at float noise
     assert all(row["actor/engine_logprob_abs_diff_mean"] < 1e-3 for row in steps.values())
     assert (output / "checkpoints" / "checkpoint-2").is_dir()
     assert len(list((output / "renders").glob("step2_*.gif"))) == 2
+
+
+def process_state(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a live process, from /proc; None once it is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else (fields[0], int(fields[1]))
+
+
+def children(pid: int) -> list[int]:
+    """Live processes whose parent is ``pid``."""
+    pids = (int(path.name) for path in Path("/proc").iterdir() if path.name.isdigit())
+    return [child for child in pids if (state := process_state(child)) and state[1] == pid]
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_sigterm_ends_the_run_and_its_vllm_engine(tmp_path: Path, cache: Path) -> None:
+    # A run stopped with SIGTERM (kill, a scheduler) must not leave vLLM's
+    # engine process behind, spinning on the CPU.
+    if os.environ.get("AGENTGYM_REQUIRE_VLLM") != "1":
+        pytest.importorskip("vllm")
+    output = tmp_path / "run"
+    process = subprocess.Popen(
+        command(output, cache, "generation=vllm", "max_steps=1000", "eval_steps=0"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
+    )  # fmt: skip
+    marker = output / "checkpoints" / "checkpoint-1" / "COMPLETE"
+    deadline = time.monotonic() + 300
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), "the run never finished a step"
+    engines = children(process.pid)
+    assert engines, "vLLM's engine runs in a child process"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) != 0
+    deadline = time.monotonic() + 30
+    while any(process_state(pid) for pid in engines) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in engines if process_state(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "the engine outlived the run"
 
 
 def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path: Path, cache: Path) -> None:
@@ -179,6 +223,8 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path: Path, cache:
         ("loss_agg_mode=token_mean", "Did you mean 'token-mean'"),
         ("step_advantage_weight=1.0", "needs one sample per turn: set rollout_mode=step"),
         ("step_gamma=0", "step_gamma=0 in (0, 1]"),
+        ("tis_cap=2.0", "set old_logprobs=trainer"),
+        ("old_logprobs=sampler", "valid options: ['trainer', 'engine']"),
     ],
 )
 def test_bad_config_values_fail_at_start(
@@ -197,6 +243,7 @@ def test_bad_config_values_fail_at_start(
     [
         (
             "use_kl_loss=true", "kl_penalty=full", "entropy_loss_coef=0.01", "tis_cap=2.0",
+            "old_logprobs=trainer",
             "dual_clip_ratio_c=3.0", "loss_agg_mode=seq-mean-token-sum-norm", "ppo_epochs=2",
         ),
         (
