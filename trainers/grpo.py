@@ -82,6 +82,7 @@ class GRPOConfig:
     step_score: str = "turn"
     step_advantage_weight: float = 0.0
     step_gamma: float = 0.95
+    old_logprobs: str = "trainer"
 
     @property
     def needs_reference(self) -> bool:
@@ -159,6 +160,9 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
         parts.tracker.close()
 
 
+OLD_LOGPROBS = ("trainer", "engine")
+
+
 def prepare_batch(
     config: GRPOConfig, parts: TrainParts, trajectories: list[Any], metrics: dict[str, float]
 ) -> RolloutBatch | None:
@@ -188,11 +192,15 @@ def prepare_batch(
             step_advantages = step_advantages[keep]
         batch = batch.rows(keep.nonzero()[:, 0], width=int(batch.attention_mask[keep].sum(1).max()))
     mask = batch.loss_mask.float()  # [B, T]
-    batch.old_logprobs = parts.strategy.logprobs(batch, config.micro_batch_size) * mask
-    metrics.update(
-        {f"actor/engine_{k}": float(v) for k, v in
-         logprob_gap_metrics(batch.old_logprobs, batch.engine_logprobs, mask).items()}
-    )  # fmt: skip
+    if config.old_logprobs == "engine":
+        # π_old is the policy that sampled: the engine's logprobs, no forward pass
+        batch.old_logprobs = batch.engine_logprobs * mask
+    else:
+        batch.old_logprobs = parts.strategy.logprobs(batch, config.micro_batch_size) * mask
+        metrics.update(
+            {f"actor/engine_{k}": float(v) for k, v in
+             logprob_gap_metrics(batch.old_logprobs, batch.engine_logprobs, mask).items()}
+        )  # fmt: skip
     if config.tis_cap is not None:
         batch.is_weights = truncated_is_weights(
             batch.old_logprobs, batch.engine_logprobs, mask, config.tis_cap
