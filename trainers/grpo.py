@@ -46,6 +46,8 @@ from agentgym.trainers.strategy import ModelOutputs, TorchStrategy, forward, mic
 from agentgym.trainers.tracking import Tracker, progress
 from agentgym.trajectory import RolloutBatch
 
+OLD_LOGPROBS = ("trainer", "engine")  # where π_old of the PPO ratio comes from
+
 
 @dataclass(frozen=True)
 class GRPOConfig:
@@ -79,10 +81,10 @@ class GRPOConfig:
     tis_cap: float | None
     val_renders: int
     seed: int
+    old_logprobs: str
     step_score: str = "turn"
     step_advantage_weight: float = 0.0
     step_gamma: float = 0.95
-    old_logprobs: str = "trainer"
 
     @property
     def needs_reference(self) -> bool:
@@ -158,9 +160,6 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
         loop.run_until_complete(parts.backend.close())
         loop.close()
         parts.tracker.close()
-
-
-OLD_LOGPROBS = ("trainer", "engine")
 
 
 def prepare_batch(
