@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import cast
 
-import pytest
 import torch
 
 from agentgym.trainers.grpo import GRPOConfig, TrainParts, prepare_batch
@@ -54,7 +53,7 @@ def prepared(old_logprobs: str) -> tuple[RolloutBatch, RecordingStrategy, dict[s
     strategy = RecordingStrategy()
     parts = cast(TrainParts, SimpleNamespace(strategy=strategy, reference=None, pad_token_id=0))
     metrics: dict[str, float] = {}
-    batch = prepare_batch(config(old_logprobs), parts, cast(Any, trajectories()), metrics)
+    batch = prepare_batch(config(old_logprobs), parts, trajectories(), metrics)
     assert batch is not None
     return batch, strategy, metrics
 
@@ -79,9 +78,9 @@ def test_trainer_old_logprobs_are_recomputed_and_compared_with_the_engine() -> N
     assert gaps and max(abs(metrics[key]) for key in gaps) > 0
 
 
-@pytest.mark.parametrize("mode", ["engine", "trainer"])
-def test_advantages_do_not_depend_on_the_old_logprob_source(mode: str) -> None:
-    batch, _, _ = prepared(mode)
-    reference, _, _ = prepared("trainer")
-    assert batch.advantages is not None and reference.advantages is not None
-    assert torch.equal(batch.advantages, reference.advantages)
+def test_advantages_do_not_depend_on_the_old_logprob_source() -> None:
+    engine, _, _ = prepared("engine")
+    trainer, _, _ = prepared("trainer")
+    assert engine.advantages is not None and trainer.advantages is not None
+    assert engine.advantages.abs().sum() > 0
+    assert torch.equal(engine.advantages, trainer.advantages)
