@@ -18,6 +18,8 @@ from agentgym.models.warmstart import (
     IGNORE_INDEX,
     Example,
     WarmStartSpec,
+    action_choice,
+    answer_loss,
     build_examples,
     collate,
     expert_pairs,
@@ -65,6 +67,69 @@ def test_label_noise_replaces_labels_but_not_the_states_visited() -> None:
     assert {n[2] for n in noisy} == set(ACTIONS)
     with pytest.raises(ValueError, match="label_noise must be in"):
         WarmStartSpec(label_noise=1.5)
+
+
+def test_expected_noise_keeps_the_solvers_labels_and_marks_the_action_token(
+    random_model: tuple[Any, Any],
+) -> None:
+    _, tokenizer = random_model
+    envs = {"frozen_lake": LAKE}
+    clean = WarmStartSpec(examples_per_env=64, envs=envs)
+    expected = WarmStartSpec(examples_per_env=64, envs=envs, label_noise=0.5)
+    sampled = WarmStartSpec(
+        examples_per_env=64, envs=envs, label_noise=0.5, label_noise_mode="sampled"
+    )
+    plain = build_examples(tokenizer, clean)
+    assert [e.action for e in build_examples(tokenizer, expected)] == [e.action for e in plain]
+    assert [e.action for e in build_examples(tokenizer, sampled)] != [e.action for e in plain]
+    example = build_examples(tokenizer, expected)[0]
+    assert example.choice_index is not None
+    # the choices are the four actions' tokens, at the place the expert's action sits
+    action_tokens = [tokenizer.convert_tokens_to_ids(a) for a in ACTIONS]
+    assert set(example.choice_ids) == set(action_tokens)
+    assert tokenizer.decode([example.answer_ids[example.choice_index]]) == example.action
+
+
+def test_action_choice_needs_answers_that_differ_in_one_token() -> None:
+    assert action_choice("e", [[1, 5, 2], [1, 6, 2], [1, 7, 2]]) == (1, (5, 6, 7))
+    for answers in ([[1, 5, 2], [1, 6]], [[1, 5, 2], [3, 6, 2]], [[1, 5], [1, 5]]):
+        with pytest.raises(ValueError, match="label_noise_mode=sampled"):
+            action_choice("e", answers)
+    with pytest.raises(ValueError, match="label_noise_mode must be one of"):
+        WarmStartSpec(label_noise_mode="soft")
+
+
+class FixedLogits(torch.nn.Module):
+    """A "model" whose logits are given: [B, T, V]."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, **_: Any) -> Any:
+        return type("Output", (), {"logits": self.logits})()
+
+
+def test_the_expected_loss_is_the_noisy_demonstrators_mean_cross_entropy() -> None:
+    # one row: prompt [9], answer [1, 2]; the action token (index 0 of the
+    # answer, position 1 of the row) is predicted at position 0
+    examples = [Example("e", [9], [1, 2], "A", choice_index=0, choice_ids=(1, 3))]
+    batch = collate(examples, pad_token_id=0)
+    assert batch["choice_positions"].tolist() == [1] and batch["choice_ids"].tolist() == [[1, 3]]
+    logits = torch.zeros(1, 3, 4)
+    logits[0, 0] = torch.tensor([0.0, 2.0, 0.0, 1.0])  # predicts the action token
+    logits[0, 1] = torch.tensor([0.0, 0.0, 3.0, 0.0])  # predicts token 2
+    model = FixedLogits(logits)
+    logp0 = logits[0, 0].log_softmax(-1)
+    logp1 = logits[0, 1].log_softmax(-1)
+    clean = -(logp0[1] + logp1[2]) / 2
+    torch.testing.assert_close(answer_loss(model, batch), clean)
+    # ε = 0.5: the action token's CE is 0.5·CE(1) + 0.5·mean(CE(1), CE(3))
+    action = 0.5 * -logp0[1] + 0.5 * -(logp0[1] + logp0[3]) / 2
+    torch.testing.assert_close(answer_loss(model, batch, 0.5), (action - logp1[2]) / 2)
+    # a row without choices (sampled mode) is unaffected by ε
+    batch = collate([Example("e", [9], [1, 2], "A")], pad_token_id=0)
+    torch.testing.assert_close(answer_loss(model, batch, 0.5), clean)
 
 
 def test_collate_puts_the_loss_on_answer_tokens_only() -> None:
