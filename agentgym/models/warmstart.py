@@ -93,6 +93,11 @@ class WarmStartSpec:
         if not self.envs:
             raise ValueError("warm start envs must name at least one env with a solver")
 
+    @property
+    def expected_noise(self) -> float:
+        """ε of the loss's expected-noise term: ``label_noise`` in ``expected`` mode, else 0."""
+        return self.label_noise if self.label_noise_mode == "expected" else 0.0
+
 
 @dataclass(frozen=True)
 class Example:
@@ -179,7 +184,7 @@ def build_examples(tokenizer: Any, spec: WarmStartSpec) -> list[Example]:
     """
     import agentgym
 
-    expected = spec.label_noise_mode == "expected" and spec.label_noise > 0
+    expected = spec.expected_noise > 0
     examples = []
     for offset, (name, kwargs) in enumerate(sorted(spec.envs.items())):
         pairs = expert_pairs(
@@ -315,13 +320,12 @@ def warm_start(model: Any, examples: Sequence[Example], spec: WarmStartSpec) -> 
         model.parameters(), lr=spec.learning_rate, weight_decay=spec.weight_decay
     )
     pad = int(model.config.pad_token_id)
-    expected = spec.label_noise_mode == "expected"
     losses = []
     model.train()
     for _ in range(spec.steps):
         rows = torch.randint(len(examples), (spec.batch_size,), generator=generator)
         batch = collate([examples[int(i)] for i in rows], pad)
-        loss = answer_loss(model, batch, spec.label_noise if expected else 0.0)
+        loss = answer_loss(model, batch, spec.expected_noise)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
