@@ -22,7 +22,7 @@ register(
 register(
     "webshop",
     "agentgym.envs.webshop:WebShopEnv",
-    id="agentgym/WebShop-v0",
+    id="agentgym/WebShop-v1",
 )
 register(
     "math_tool",

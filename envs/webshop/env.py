@@ -59,6 +59,10 @@ class WebShopEnv(TextEnv):
         goal_seed: Seed of goal price bounds and of the goal shuffle (WebShop's 233).
         observation_mode: ``"text"``, ``"text_rich"`` or ``"html"``.
         show_attrs: Whether item pages have an Attributes button.
+        option_scoring: ``"webshop"`` (WebShop's ``get_option_reward``, the
+            default) or ``"strict"`` (agentgym's opt-in deviation: each goal
+            option must be chosen under its own name with the same value; see
+            :mod:`agentgym.envs.webshop.reward`).
         cache_dir: Where generated catalogs and indexes are cached (default
             ``$AGENTGYM_WEBSHOP_CACHE`` or ``~/.cache/agentgym/webshop``).
         max_steps: Step limit per episode.
@@ -68,6 +72,7 @@ class WebShopEnv(TextEnv):
     Raises:
         WebShopConfigError: On an unknown split, goal source or observation mode.
         WebShopDataError: When ``data_path`` does not hold WebShop's files.
+        UnknownOptionScoringError: On an unknown ``option_scoring``.
     """
 
     def __init__(
@@ -81,6 +86,7 @@ class WebShopEnv(TextEnv):
         goal_seed: int = 233,
         observation_mode: str = "text",
         show_attrs: bool = False,
+        option_scoring: str = "webshop",
         cache_dir: str | os.PathLike[str] | None = None,
         max_steps: int = 15,
         **kwargs: Any,
@@ -102,7 +108,12 @@ class WebShopEnv(TextEnv):
         )
         self.split = split
         self.goal_positions = self.world.goals.split(split)
-        self.shop = Shop(self.world.catalog, self.world.engine, show_attrs=show_attrs)
+        self.shop = Shop(
+            self.world.catalog,
+            self.world.engine,
+            show_attrs=show_attrs,
+            option_scoring=option_scoring,
+        )
         self.state = PageState()
         self.goal: Goal | None = None
         self._pending: list[Transition] = []

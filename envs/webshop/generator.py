@@ -11,10 +11,12 @@ attribute and option vocabularies per query).
 
 About a third of the products get a *near duplicate*: a sibling of the same
 brand and kind that differs in one attribute the instruction asks for, or
-sells one option in a disjoint set of values. The generator checks, with the
-reward's own matching rules, that buying the sibling cannot satisfy the
-original's instructions (and the other way round); a sibling that fails the
-check is dropped. Each record also carries ``title_nouns`` (the generator
+sells one option in values that WebShop's fuzzy match tells apart from all of
+the original's option values (``token_set_ratio`` <= 85: not "12 inch" beside
+"24 inch", which score 86). The generator checks, with the reward's own
+matching rules, that buying the sibling cannot satisfy the original's
+instructions (and the other way round); a sibling that fails the check is
+dropped. Each record also carries ``title_nouns`` (the generator
 knows which title words are nouns; spaCy is not available) and, for
 siblings, ``near_duplicate_of``.
 
@@ -32,7 +34,6 @@ from typing import Any
 from thefuzz import fuzz  # type: ignore[import-untyped]  # no stubs; mypy config is shared
 
 from agentgym.envs.webshop.normalize import (
-    EXACT_MATCH_OPTIONS,
     normalize_color,
     normalize_option_value,
 )
@@ -52,8 +53,12 @@ from agentgym.envs.webshop.vocab import (
     ProductType,
 )
 
-GENERATOR_VERSION = 2
-"""Bumped whenever generated catalogs change; part of the cache key."""
+GENERATOR_VERSION = 3
+"""Bumped whenever generated catalogs change; part of the cache key.
+
+3: near duplicates told apart by WebShop's own option rule (sizes fuzzy,
+goal options against every chosen value). 2: by agentgym's former rule.
+"""
 
 _ASIN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
@@ -166,32 +171,25 @@ def _near_duplicate(rng: random.Random, draft: _Draft) -> _Draft | None:
         name = rng.choice(sorted(draft.options))
         pool = next(v for n, v in (OPTION_POOLS[p] for p in draft.kind.options) if n == name)
         taken = [_normalized(v) for v in draft.options[name]]
-        # A chosen option scores against *every* goal option value ("8" matches "8 ounce"),
-        # so the changed values must differ from the other options' values too.
+        # WebShop matches each goal option against every chosen value, whatever its
+        # name ("8" matches "8 ounce"), so the new values must differ from the other
+        # options' values too; sizes are fuzzy as well ("12 inch" matches "24 inch").
         others = [_normalized(v) for n, vs in draft.options.items() if n != name for v in vs]
-        exact = name.lower() in EXACT_MATCH_OPTIONS
-        if not all(_distinct(t, others, exact=exact) for t in taken):
+        if not all(_distinct(t, others) for t in taken):
             return None
-        free = [v for v in pool if _distinct(_normalized(v), taken + others, exact=exact)]
+        free = [v for v in pool if _distinct(_normalized(v), taken + others)]
         if len(free) < 2:
             return None
         sibling.options[name] = rng.sample(free, min(len(free), rng.randint(2, 4)))
-        changed = [_normalized(v) for v in sibling.options[name]]
-        if any(_mentions(sibling, v) for v in changed) or any(_mentions(draft, v) for v in taken):
-            return None
         return sibling
     # The removed attribute must not fuzzy-match the ones the sibling keeps
     # ("uv resistant" vs "burst resistant" scores 86), nor the added one the original's.
-    removable = [
-        w
-        for w in draft.wanted
-        if _distinct(w, [a for a in draft.attributes if a != w], exact=False)
-    ]
+    removable = [w for w in draft.wanted if _distinct(w, [a for a in draft.attributes if a != w])]
     if not removable:
         return None
     removed = rng.choice(removable)
     unused = [a for a in draft.kind.attributes if a not in draft.attributes]
-    candidates = [a for a in unused if _distinct(a, draft.attributes, exact=False)]
+    candidates = [a for a in unused if _distinct(a, draft.attributes)]
     if not candidates:
         return None
     added = rng.choice(candidates)
@@ -209,9 +207,8 @@ def _normalized(value: str) -> str:
     return normalize_color(normalize_option_value(value))
 
 
-def _distinct(value: str, others: list[str], *, exact: bool) -> bool:
-    if exact:
-        return value not in others
+def _distinct(value: str, others: list[str]) -> bool:
+    """Whether no WebShop fuzzy match links ``value`` with any of ``others``."""
     return all(fuzz.token_set_ratio(value, o) <= FUZZY_THRESHOLD for o in others)
 
 

@@ -98,7 +98,10 @@ def _price_text(price_upper: float) -> str:
 
 
 def _spec(
-    product: Product, attributes: tuple[str, ...], options: tuple[str, ...], upper: float
+    product: Product,
+    attributes: tuple[str, ...],
+    options: tuple[tuple[str, str], ...],
+    upper: float,
 ) -> GoalSpec:
     return GoalSpec(
         attributes, options, upper, product.query, product.product_category, product.title_nouns
@@ -164,7 +167,7 @@ class GoalSet:
             options = _name_options(product, human.options)
             text = human.instruction.strip(".")
             attributes = human.attributes
-        spec = _spec(product, attributes, tuple(options.values()), upper)
+        spec = _spec(product, attributes, tuple(options.items()), upper)
         return Goal(product.asin, text + _price_text(upper), attributes, options, upper, spec)
 
     def split(self, name: str) -> range:

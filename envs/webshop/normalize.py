@@ -21,9 +21,6 @@ COLOR_SET = (
 )  # fmt: skip
 """WebShop's colour vocabulary, in its order: the first one found in a value wins."""
 
-EXACT_MATCH_OPTIONS = frozenset({"size"})
-"""Option names whose values are compared exactly instead of fuzzily."""
-
 
 def normalize_color(value: str) -> str:
     """The first colour of :data:`COLOR_SET` that occurs in ``value``, else ``value``.

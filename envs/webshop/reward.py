@@ -1,14 +1,23 @@
 """WebShop's purchase score (``get_reward``), term by term.
 
-score = (matched attributes + matched options + price ok)
+score = (matched attributes + matched goal options + price ok)
         / (|goal attributes| + |goal options| + 1) × type reward
 
-* An attribute of the goal matches when one of the product's attributes has
-  thefuzz ``token_set_ratio > 85`` with it, or when it is a substring of the
+* A goal attribute matches when one of the product's attributes has thefuzz
+  ``token_set_ratio > 85`` with it, or when it is a substring of the
   lowercased title, bullet points or description.
-* Each *chosen* option matches after colour normalization when a goal option
-  has ``token_set_ratio > 85`` with it (exactly equal for ``size``), or when it
-  is a substring of the title, bullet points or description.
+* The option term depends on ``option_scoring`` (see :data:`OPTION_SCORINGS`):
+
+  - ``"webshop"`` (the default, WebShop's ``get_option_reward``): a *goal*
+    option matches when, after colour normalization, one of the chosen
+    option values has ``token_set_ratio > 85`` with it, whatever the option
+    names. Sizes are fuzzy too ("12 inch" matches "24 inch": 86), and the
+    product's text plays no part.
+  - ``"strict"`` (an agentgym deviation, opt-in): a goal option matches only
+    when the option of the same name was chosen with the same value after
+    colour normalization. Every purchase it scores 1 also scores 1 under
+    ``"webshop"``; published WebShop figures use ``"webshop"``.
+
 * The price term is 1 when the price paid is at most ``price_upper``.
 * The type reward is 1, 0.5, 0.1 or 0 from the query match, the breadcrumb
   match (two shared parts) and the share of the goal title's nouns found in
@@ -17,16 +26,21 @@ score = (matched attributes + matched options + price ok)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import difflib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from thefuzz import fuzz  # type: ignore[import-untyped]  # no stubs; mypy config is shared
 
 from agentgym.envs.webshop.catalog import Product
-from agentgym.envs.webshop.normalize import EXACT_MATCH_OPTIONS, normalize_color
+from agentgym.envs.webshop.normalize import normalize_color
 
 FUZZY_THRESHOLD = 85
 """Matches need ``token_set_ratio`` strictly above this."""
+
+
+class UnknownOptionScoringError(ValueError):
+    """``option_scoring`` names no entry of :data:`OPTION_SCORINGS`."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +49,7 @@ class GoalSpec:
 
     Attributes:
         attributes: Attribute phrases the instruction asks for.
-        options: Option values the instruction asks for.
+        options: ``(option name, value)`` pairs the instruction asks for.
         price_upper: The most the buyer will pay.
         query: The goal product's query.
         product_category: The goal product's breadcrumb.
@@ -43,7 +57,7 @@ class GoalSpec:
     """
 
     attributes: tuple[str, ...]
-    options: tuple[str, ...]
+    options: tuple[tuple[str, str], ...]
     price_upper: float
     query: str
     product_category: str
@@ -68,7 +82,7 @@ class RewardBreakdown:
         score: The total, in [0, 1].
         r_type: Type reward (1, 0.5, 0.1 or 0).
         r_att: Share of goal attributes matched.
-        r_option: Matched options / goal options; None when the goal has none.
+        r_option: Matched goal options / goal options; None when the goal has none.
         r_price: Whether the price is within ``price_upper``.
         query_match: Same query as the goal product.
         category_match: At least two shared breadcrumb parts.
@@ -77,7 +91,7 @@ class RewardBreakdown:
         w_option: Weight of the option term; None when the goal has no options.
         w_price: Weight of the price term.
         num_attr_matches: Goal attributes matched.
-        num_option_matches: Chosen options matched.
+        num_option_matches: Goal options matched.
     """
 
     score: float
@@ -137,23 +151,60 @@ def attribute_matches(product: Product, goal_attributes: Sequence[str]) -> int:
     return matches
 
 
-def option_matches(product: Product, goal_options: Sequence[str], chosen: Mapping[str, str]) -> int:
-    """How many chosen options match a goal option (after colour normalization)."""
-    goal_values = [normalize_color(v) for v in goal_options]
-    matches = 0
-    for name, value in chosen.items():
-        value = normalize_color(value)
-        if name.lower() in EXACT_MATCH_OPTIONS:
-            matched = value in goal_values
-        else:
-            matched = any(fuzz.token_set_ratio(g, value) > FUZZY_THRESHOLD for g in goal_values)
-        if matched or _in_text(value, product):
-            matches += 1
-    return matches
+def webshop_option_matches(
+    goal_options: Sequence[tuple[str, str]], chosen: Mapping[str, str]
+) -> int:
+    """WebShop's rule: goal options fuzzily matched by any chosen value, names ignored."""
+    chosen_values = [normalize_color(value) for value in chosen.values()]
+    return sum(
+        any(
+            fuzz.token_set_ratio(value, normalize_color(wanted)) > FUZZY_THRESHOLD
+            for value in chosen_values
+        )
+        for _, wanted in goal_options
+    )
+
+
+def strict_option_matches(
+    goal_options: Sequence[tuple[str, str]], chosen: Mapping[str, str]
+) -> int:
+    """The strict rule: the goal's option name chosen with the same (colour-normalized) value."""
+    return sum(
+        name in chosen and normalize_color(chosen[name]) == normalize_color(wanted)
+        for name, wanted in goal_options
+    )
+
+
+OPTION_SCORINGS: dict[str, Callable[[Sequence[tuple[str, str]], Mapping[str, str]], int]] = {
+    "webshop": webshop_option_matches,
+    "strict": strict_option_matches,
+}
+"""``option_scoring`` name -> how many goal options a choice of options matches."""
+
+
+def check_option_scoring(name: str) -> str:
+    """Return ``name`` if it is a key of :data:`OPTION_SCORINGS`.
+
+    Raises:
+        UnknownOptionScoringError: Naming the valid options and a close match.
+    """
+    if name not in OPTION_SCORINGS:
+        close = difflib.get_close_matches(name, list(OPTION_SCORINGS), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise UnknownOptionScoringError(
+            f"option_scoring={name!r} is not supported.{hint} "
+            f"Valid options: {list(OPTION_SCORINGS)}"
+        )
+    return name
 
 
 def score_purchase(
-    product: Product, goal: GoalSpec, *, price: float, chosen_options: Mapping[str, str]
+    product: Product,
+    goal: GoalSpec,
+    *,
+    price: float,
+    chosen_options: Mapping[str, str],
+    option_scoring: str = "webshop",
 ) -> RewardBreakdown:
     """WebShop's score for buying ``product`` at ``price`` with ``chosen_options``.
 
@@ -162,14 +213,19 @@ def score_purchase(
         goal: What the instruction asked for.
         price: The price paid (the catalog's price of the product).
         chosen_options: Option name -> value selected on the item page.
+        option_scoring: A key of :data:`OPTION_SCORINGS`; ``"webshop"`` is WebShop's rule.
 
     Returns:
         The score and its parts.
+
+    Raises:
+        UnknownOptionScoringError: If ``option_scoring`` is unknown.
     """
+    count_options = OPTION_SCORINGS[check_option_scoring(option_scoring)]
     kind = type_reward(product, goal)
     r_price = price <= goal.price_upper if goal.price_upper > 0 else None
     n_att = attribute_matches(product, goal.attributes)
-    n_opt = option_matches(product, goal.options, chosen_options)
+    n_opt = count_options(goal.options, chosen_options)
     denominator = len(goal.attributes) + len(goal.options) + 1
     score = (n_att + n_opt + int(bool(r_price))) / denominator * kind.r_type
     return RewardBreakdown(

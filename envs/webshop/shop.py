@@ -21,7 +21,7 @@ from typing import Any
 from agentgym.envs.webshop.catalog import Catalog, Product
 from agentgym.envs.webshop.goals import Goal
 from agentgym.envs.webshop.normalize import to_ascii
-from agentgym.envs.webshop.reward import RewardBreakdown, score_purchase
+from agentgym.envs.webshop.reward import RewardBreakdown, check_option_scoring, score_purchase
 from agentgym.envs.webshop.search import SEARCH_RETURN_N, SearchEngine
 
 PRODUCT_WINDOW = 10
@@ -86,12 +86,22 @@ class Shop:
         engine: The search engine over ``catalog``.
         show_attrs: Whether item pages have an Attributes button (WebShop's
             ``show_attrs``, off by default there too).
+        option_scoring: How purchases' options are scored: a key of
+            :data:`~agentgym.envs.webshop.reward.OPTION_SCORINGS`.
     """
 
-    def __init__(self, catalog: Catalog, engine: SearchEngine, *, show_attrs: bool = False) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        engine: SearchEngine,
+        *,
+        show_attrs: bool = False,
+        option_scoring: str = "webshop",
+    ) -> None:
         self.catalog = catalog
         self.engine = engine
         self.show_attrs = show_attrs
+        self.option_scoring = check_option_scoring(option_scoring)
         self._option_names: dict[str, dict[str, tuple[str, str]]] = {}
 
     def product(self, state: PageState) -> Product:
@@ -162,7 +172,13 @@ class Shop:
         if target == BUY_NOW:
             product = self.product(state)
             price = float(self.catalog.prices[self.catalog.index[product.asin]])
-            purchase = score_purchase(product, goal.spec, price=price, chosen_options=state.options)
+            purchase = score_purchase(
+                product,
+                goal.spec,
+                price=price,
+                chosen_options=state.options,
+                option_scoring=self.option_scoring,
+            )
             done = replace(state, kind="done", sub_page=None, purchase=purchase)
             return Transition(done, purchase.score, True)
         if state.kind == "results":

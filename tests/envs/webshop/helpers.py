@@ -35,7 +35,7 @@ def make_goal(**overrides: Any) -> GoalSpec:
     """A goal for the t-shirt above: one attribute, two options, $30 bound."""
     base = GoalSpec(
         attributes=("slim fit",),
-        options=("navy blue", "x-large"),
+        options=(("color", "navy blue"), ("size", "x-large")),
         price_upper=30.0,
         query="men's t-shirt",
         product_category=BREADCRUMB,

@@ -172,7 +172,7 @@ def test_oracle_buys_the_goal_on_200_eval_goals(make_env: MakeEnv) -> None:
         info = play_oracle(env)
         assert info["success"] == (info["score"] == 1.0)
         scores.append(info["score"])
-    assert sum(s == 1.0 for s in scores) / len(scores) >= 0.99
+    assert sum(s == 1.0 for s in scores) == 200
 
 
 def _siblings(items: list[dict]) -> dict[str, str]:
@@ -253,7 +253,7 @@ def test_observations_stay_in_the_text_charset(make_env: MakeEnv) -> None:
 
 
 def test_registered_under_both_names() -> None:
-    assert agentgym.spec("webshop").id == "agentgym/WebShop-v0"
+    assert agentgym.spec("webshop").id == "agentgym/WebShop-v1"
 
 
 @pytest.mark.parametrize(

@@ -16,18 +16,19 @@ import pytest
 from thefuzz import fuzz  # type: ignore[import-untyped]
 
 from agentgym.envs.webshop.normalize import normalize_color
-from agentgym.envs.webshop.reward import score_purchase, type_reward
+from agentgym.envs.webshop.reward import UnknownOptionScoringError, score_purchase, type_reward
 from tests.envs.webshop.helpers import make_goal, make_product
 
 RIGHT = {"color": "navy blue", "size": "x-large"}
 
 
-def score(product=None, goal=None, price=20.0, chosen=None) -> float:
+def score(product=None, goal=None, price=20.0, chosen=None, option_scoring="webshop") -> float:
     return score_purchase(
         product or make_product(),
         goal or make_goal(),
         price=price,
         chosen_options=RIGHT if chosen is None else chosen,
+        option_scoring=option_scoring,
     ).score
 
 
@@ -71,22 +72,82 @@ def test_colour_normalization_matches_navy_with_royal_blue() -> None:
 def test_colour_normalization_keeps_the_first_colour_of_the_list() -> None:
     # "light pink" -> "light" but "light blue" -> "blue" ("blue" precedes "light" in COLOR_SET).
     assert normalize_color("light pink") == "light"
-    goal = make_goal(options=("light blue", "x-large"))
+    goal = make_goal(options=(("color", "light blue"), ("size", "x-large")))
     assert score(goal=goal, chosen={"color": "light pink", "size": "x-large"}) == pytest.approx(
         3 / 4
     )
 
 
-def test_size_is_matched_exactly_other_options_fuzzily() -> None:
+# The three rules of agentgym's former option term that WebShop does not have
+# (issue 15). Each goal below has 1 attribute (matched), the options shown
+# and a price within the bound.
+
+
+def test_case_1_sizes_are_fuzzy_12_inch_matches_24_inch() -> None:
+    # Shared "inch"; "inch 12" vs "inch 24": longest common subsequence "inch 2" (6),
+    # distance 14 - 2 * 6 = 2, 1 - 2/14 = 85.7 -> 86 > 85.
+    assert fuzz.token_set_ratio("12 inch", "24 inch") == 86
+    goal = make_goal(options=(("size", "12 inch"),))
+    breakdown = score_purchase(make_product(), goal, price=20.0, chosen_options={"size": "24 inch"})
+    assert (breakdown.r_option, breakdown.score) == (1.0, 1.0)  # (1 + 1 + 1) / 3
+    strict = score_purchase(
+        make_product(),
+        goal,
+        price=20.0,
+        chosen_options={"size": "24 inch"},
+        option_scoring="strict",
+    )
+    assert strict.score == pytest.approx(2 / 3)  # attribute + price, no option
+
+
+def test_case_2_goal_options_are_counted_not_chosen_ones() -> None:
+    # Goal quantity "6" and size "2 pound"; the buyer picks quantity "2" and size "2 pound".
+    # "6" vs "2": 0, "6" vs "2 pound": 0, so only the size is matched: (1 + 1 + 1) / 4.
+    assert fuzz.token_set_ratio("6", "2") == fuzz.token_set_ratio("6", "2 pound") == 0
+    goal = make_goal(options=(("item package quantity", "6"), ("size", "2 pound")))
+    chosen = {"item package quantity": "2", "size": "2 pound"}
+    breakdown = score_purchase(make_product(), goal, price=20.0, chosen_options=chosen)
+    assert breakdown.num_option_matches == 1
+    assert breakdown.r_option == 0.5
+    assert breakdown.score == pytest.approx(0.75)
+
+
+def test_case_3_an_option_in_the_product_text_does_not_count() -> None:
+    # "pro" is in "drop protection", but WebShop's option term never reads the text.
+    assert fuzz.token_set_ratio("pro", "compact") == 20
+    product = make_product(description="Rugged case with drop protection.")
+    goal = make_goal(options=(("style", "compact"),))
+    breakdown = score_purchase(product, goal, price=20.0, chosen_options={"style": "pro"})
+    assert breakdown.r_option == 0.0
+    assert breakdown.score == pytest.approx(2 / 3)  # (1 + 0 + 1) / 3
+
+
+def test_a_goal_option_is_matched_by_a_value_chosen_under_another_name() -> None:
+    # WebShop compares values only: "x-large" chosen as a "style" still matches the goal size.
+    assert score(chosen={"color": "navy blue", "style": "x-large"}) == 1.0
+    assert score(
+        chosen={"color": "navy blue", "style": "x-large"}, option_scoring="strict"
+    ) == pytest.approx(3 / 4)
+
+
+def test_one_chosen_value_can_match_two_goal_options() -> None:
+    # "large" vs "x-large": 100 (the tokens of "large" are a subset of "x large").
+    assert fuzz.token_set_ratio("large", "x-large") == 100
+    goal = make_goal(options=(("size", "x-large"), ("fit", "large")))
+    assert score(goal=goal, chosen={"size": "large"}) == 1.0
+
+
+def test_strict_scoring_needs_the_same_name_and_value() -> None:
     assert fuzz.token_set_ratio("x-large", "xx-large") == 93
-    assert score(chosen={"color": "navy blue", "size": "xx-large"}) == pytest.approx(3 / 4)
-    assert score(chosen={"color": "navy blue", "style": "xx-large"}) == 1.0
+    wrong_size = {"color": "navy blue", "size": "xx-large"}
+    assert score(chosen=wrong_size) == 1.0  # 93 > 85
+    assert score(chosen=wrong_size, option_scoring="strict") == pytest.approx(3 / 4)
+    assert score(chosen={"color": "royal blue", "size": "x-large"}, option_scoring="strict") == 1.0
 
 
-def test_wrong_option_found_in_the_title_still_counts() -> None:
-    product = make_product(title="Acme Black Crew Neck Tee")
-    assert score(product, chosen={"color": "black", "size": "x-large"}) == 1.0
-    assert score(chosen={"color": "black", "size": "x-large"}) == pytest.approx(3 / 4)
+def test_unknown_option_scoring_suggests_the_close_one() -> None:
+    with pytest.raises(UnknownOptionScoringError, match="Did you mean 'strict'"):
+        score(option_scoring="stirct")
 
 
 def test_options_not_chosen_do_not_count() -> None:
@@ -153,8 +214,9 @@ def test_goal_title_without_nouns_counts_as_0_2() -> None:
 
 
 def test_total_combines_the_terms_and_the_type_reward() -> None:
-    # 2 attributes (1 matched) + 2 options (1 matched) + price (over): (1 + 1 + 0) / 5 = 0.4,
-    # times r_type 0.5 (other query and breadcrumb, title score 0.2) = 0.2.
+    # 2 attributes (1 matched) + 2 options (1 matched: "black" is neither "blue" nor
+    # "x-large") + price (over): (1 + 1 + 0) / 5 = 0.4, times r_type 0.5 (other query
+    # and breadcrumb, title score 0.2) = 0.2.
     goal = make_goal(
         attributes=("slim fit", "tag free"),
         title_nouns=frozenset({"acme", "crew", "neck", "tee", "shirt"}),
@@ -165,7 +227,7 @@ def test_total_combines_the_terms_and_the_type_reward() -> None:
         title_nouns=frozenset({"acme"}),
     )
     breakdown = score_purchase(
-        product, goal, price=31.0, chosen_options={"color": "navy blue", "size": "large"}
+        product, goal, price=31.0, chosen_options={"color": "black", "size": "x-large"}
     )
     assert breakdown.score == pytest.approx(0.2)
     assert (breakdown.r_att, breakdown.r_option, breakdown.r_price) == (0.5, 0.5, False)
