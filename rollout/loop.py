@@ -172,7 +172,7 @@ class _EpisodeRunner:
             self._record_frame(env, trajectory)
         except Exception:
             trajectory.termination_reason = "env_error"
-            trajectory.error = traceback.format_exc(limit=5)
+            trajectory.error = traceback.format_exc(limit=-8)
             return trajectory
         await self._play(env, trajectory, observation)
         if (
@@ -216,7 +216,7 @@ class _EpisodeRunner:
                 generation = await self.backend.generate(prompt, sampling, env=env)
             except Exception:
                 trajectory.termination_reason = "generation_error"
-                trajectory.error = traceback.format_exc(limit=5)
+                trajectory.error = traceback.format_exc(limit=-8)
                 return
             text = self.chat.decode_response(generation.token_ids)
             turn = Turn(
@@ -236,7 +236,7 @@ class _EpisodeRunner:
                 self._record_frame(env, trajectory)
             except Exception:
                 trajectory.termination_reason = "env_error"
-                trajectory.error = traceback.format_exc(limit=5)
+                trajectory.error = traceback.format_exc(limit=-8)
                 return
             turn.reward = float(reward)
             turn.action_is_valid = bool(info.get("action_is_valid", True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from agentgym.trajectory import TRUNCATION_REASONS, Trajectory
 
@@ -46,3 +47,37 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
                 turn.finish_reason == "length" for turn in turns
             ) / len(turns)
     return metrics
+
+
+@dataclass(frozen=True)
+class FailureReport:
+    """The failed episodes of a batch.
+
+    Attributes:
+        failed: How many episodes failed (env or generation error).
+        messages: One message per kind of failure: its count and the first
+            episode's traceback.
+    """
+
+    failed: int
+    messages: list[str]
+
+
+def failure_report(trajectories: Sequence[Trajectory]) -> FailureReport:
+    """Count failed episodes by kind (termination reason and exception type) and keep
+    the first traceback of each kind."""
+    kinds: dict[tuple[str, str], list[Trajectory]] = {}
+    for trajectory in trajectories:
+        if trajectory.failed:
+            error = (trajectory.error or "").strip()
+            last = error.splitlines()[-1] if error else "unknown error"
+            kind = (trajectory.termination_reason or "failed", last.split(":")[0])
+            kinds.setdefault(kind, []).append(trajectory)
+    messages = []
+    for (reason, exception), group in kinds.items():
+        first = group[0]
+        messages.append(
+            f"{len(group)} episode(s) ended with {reason} ({exception}); the first, "
+            f"env {first.env_name!r} (tag {first.tag!r}, seed {first.seed}):\n{first.error}"
+        )
+    return FailureReport(sum(len(group) for group in kinds.values()), messages)

@@ -16,12 +16,13 @@ with ``RolloutBatch.input_ids`` and ``loss_mask`` is 1 exactly on generated toke
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import torch
 from torch import Tensor
+
+from agentgym.errors import check_choice
 
 GROUPINGS = ("state", "batch", "inductive")
 """``state``: samples of the same GRPO group (same env and seed); ``batch``: the
@@ -34,19 +35,6 @@ NORMALIZATIONS = ("identity", "mean", "mean_std", "asym_clip")
 STD_EPSILON = 1e-6
 ASYM_CLIP_RANGE = (-1.0, 3.0)
 WHITEN_EPSILON = 1e-8
-
-
-def check_choice(key: str, value: str, options: Sequence[str]) -> str:
-    """Return ``value`` if it is one of ``options``, else raise naming the key.
-
-    Raises:
-        ValueError: With the key, the bad value, close matches and the options.
-    """
-    if value in options:
-        return value
-    close = difflib.get_close_matches(str(value), list(options), n=2)
-    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    raise ValueError(f"Unknown {key} {value!r}.{hint} Valid options: {list(options)}.")
 
 
 def _group_by_state(scores: Tensor, group_ids: Tensor | None, tags: Sequence[str] | None) -> Tensor:

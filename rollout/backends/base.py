@@ -52,8 +52,9 @@ class Generation:
 
     Attributes:
         token_ids: The generated ids, the final stop token included if one was hit.
-        logprobs: Log-probability of each generated id under the model's raw
-            distribution (before temperature, top-k and top-p).
+        logprobs: Log-probability of each generated id under the distribution it
+            was sampled from: the model's logits divided by the temperature, with
+            top-k/top-p applied (vLLM's ``processed_logprobs``).
         finish_reason: ``"stop"`` or ``"length"``.
     """
 

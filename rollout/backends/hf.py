@@ -28,11 +28,15 @@ class HFBackend:
     Requests queue up while a batch runs (in a worker thread, so the event loop
     keeps stepping envs); the next batch takes everything pending with the same
     sampling parameters, up to ``max_batch_size``. Prompts are left-padded.
-    Logprobs come from the raw logits (``output_logits``), i.e. the model's
-    distribution before temperature and top-k/top-p.
+    Logprobs are those of the distribution sampled from: the logits divided by
+    the temperature, with top-k/top-p applied (vLLM's ``processed_logprobs``).
+
+    Weights sent by :meth:`update_weights` that already live on the model's
+    device with its dtype are adopted, not copied: the backend then shares
+    them with the trainer, and later updates cost nothing.
 
     Args:
-        model: A ``PreTrainedModel`` (the trainer's own model object may be shared).
+        model: A ``PreTrainedModel``.
         pad_token_id: Id used for left padding.
         max_batch_size: The most requests generated together.
     """
@@ -142,9 +146,10 @@ class HFBackend:
                 .logits[:, -1]
                 .float()
             )  # [B, V]
-            next_ids = _sample(logits, params, generators)  # [B]
+            processed = _process(logits, params)  # [B, V]: the distribution sampled from
+            next_ids = _sample(processed, params, generators)  # [B]
             tokens.append(next_ids)
-            logprobs.append(torch.log_softmax(logits, -1).gather(-1, next_ids[:, None])[:, 0])
+            logprobs.append(torch.log_softmax(processed, -1).gather(-1, next_ids[:, None])[:, 0])
             finished |= torch.isin(next_ids, stop)
             if bool(finished.all()):
                 break
@@ -163,16 +168,25 @@ class HFBackend:
         return results
 
     async def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy ``weights`` into the model in place (a no-op when the trainer shares it)."""
-        state = dict(weights)
+        """Take ``weights`` (Hugging Face names): tensors on the model's device and
+        dtype are adopted (shared from then on), others are copied in."""
         async with self._lock or asyncio.Lock():
-            own = self.model.state_dict()
+            own = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
             with torch.no_grad():
-                for name, tensor in state.items():
-                    if name not in own:
+                for name, tensor in weights:
+                    target = own.get(name)
+                    if target is None:
                         raise KeyError(f"update_weights: the model has no parameter {name!r}")
-                    if own[name].data_ptr() != tensor.data_ptr():
-                        own[name].copy_(tensor)
+                    if target.data_ptr() == tensor.data_ptr():
+                        continue
+                    if (target.device, target.dtype, target.shape) == (
+                        tensor.device,
+                        tensor.dtype,
+                        tensor.shape,
+                    ):
+                        target.data = tensor.detach()
+                    else:
+                        target.copy_(tensor)
 
     async def close(self) -> None:
         """Stop the batching task."""
@@ -192,12 +206,11 @@ def _generators(seeds: list[int | None], device: torch.device) -> list[torch.Gen
     ]
 
 
-def _sample(
-    logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator] | None
-) -> torch.Tensor:
-    """Next token per row: greedy at temperature 0, else temperature, top-k, top-p sampling."""
+def _process(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The logits of the distribution that samples: divided by the temperature, with
+    top-k and top-p applied (``-inf`` outside them); unchanged at temperature 0."""
     if params.temperature == 0:
-        return logits.argmax(-1)
+        return logits
     logits = logits / params.temperature  # [B, V]
     if params.top_k > 0:
         kth = logits.topk(min(params.top_k, logits.shape[-1]), -1).values[:, -1:]
@@ -207,6 +220,15 @@ def _sample(
         cumulative = sorted_logits.softmax(-1).cumsum(-1)
         drop = cumulative - sorted_logits.softmax(-1) > params.top_p  # keep the first token past p
         logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return logits
+
+
+def _sample(
+    logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator] | None
+) -> torch.Tensor:
+    """Next token per row from processed logits: greedy at temperature 0, else sampled."""
+    if params.temperature == 0:
+        return logits.argmax(-1)
     probs = logits.softmax(-1)
     if generators is None:
         return torch.multinomial(probs, 1)[:, 0]

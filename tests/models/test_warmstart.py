@@ -74,7 +74,7 @@ def test_expected_noise_keeps_the_solvers_labels_and_marks_the_action_token(
 ) -> None:
     _, tokenizer = random_model
     envs = {"frozen_lake": LAKE}
-    clean = WarmStartSpec(examples_per_env=64, envs=envs)
+    clean = WarmStartSpec(examples_per_env=64, envs=envs, label_noise=0.0)
     expected = WarmStartSpec(examples_per_env=64, envs=envs, label_noise=0.5)
     sampled = WarmStartSpec(
         examples_per_env=64, envs=envs, label_noise=0.5, label_noise_mode="sampled"

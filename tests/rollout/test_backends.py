@@ -32,6 +32,7 @@ from agentgym.trajectory import Trajectory
 from tests.conftest import masked_spans
 
 TOLERANCE = 1e-4
+TEMPERATURE = 0.7  # engines report logprobs of the distribution they sample from
 
 
 def require_vllm() -> None:
@@ -42,9 +43,10 @@ def require_vllm() -> None:
 
 
 def forward_logprobs(model: Any, ids: list[int]) -> list[float]:
-    """log p(ids[t] | ids[:t]) from one transformers forward pass; 0 for the first token."""
+    """log_softmax(logits / TEMPERATURE) at ids[t] from one transformers forward pass; 0
+    for the first token."""
     with torch.no_grad():
-        logits = model(torch.tensor([ids])).logits[0].float()  # [T, V]
+        logits = model(torch.tensor([ids])).logits[0].float() / TEMPERATURE  # [T, V]
     picked = torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(ids[1:])[:, None])
     return [0.0, *picked[:, 0].tolist()]
 
@@ -53,7 +55,9 @@ async def check_backend(backend: GenerationBackend, model: Any, tokenizer: Any) 
     """The shared rollout checks: token-exact, strict prefix, logprobs match the model."""
     manager = EnvManager(tags=["sokoban", "frozen_lake"], env_groups=2, group_size=2, seed=1)
     config = RolloutConfig(
-        max_turns=3, prefix_check="strict", sampling=SamplingParams(max_new_tokens=10)
+        max_turns=3,
+        prefix_check="strict",
+        sampling=SamplingParams(temperature=TEMPERATURE, max_new_tokens=10),
     )
     result = await collect(manager, backend, ChatTokenizer(tokenizer), config)
     assert len(result.trajectories) == 4
@@ -132,7 +136,7 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
         "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
         "--kv-cache-memory-bytes", str(64 << 20),
-        "--worker-extension-cls", WORKER_EXTENSION,
+        "--worker-extension-cls", WORKER_EXTENSION, "--logprobs-mode", "processed_logprobs",
     ]  # fmt: skip
     with log.open("w") as output:
         server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)

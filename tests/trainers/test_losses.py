@@ -46,19 +46,20 @@ AGGREGATES = {
     "seq-mean-token-sum": 29 / 2,
     # row means 1.5 and 6.5 -> 4
     "seq-mean-token-mean": 4.0,
-    # seq-mean-token-sum over T = 4
-    "seq-mean-token-sum-norm": 29 / 2 / 4,
+    # the token sum over all rows over the constant 4, with no division by the rows
+    "seq-mean-token-sum-norm": 29 / 4,
 }
+NORM = 4  # seq-mean-token-sum-norm's constant (the others ignore it)
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_every_loss_agg_mode_by_hand_with_a_ragged_mask(mode: str) -> None:
-    assert_close(aggregate_loss(LOSS, MASK, mode), scalar(AGGREGATES[mode]))
+    assert_close(aggregate_loss(LOSS, MASK, mode, norm_length=NORM), scalar(AGGREGATES[mode]))
 
 
 def test_sum_norm_uses_the_given_length_and_counts_override_the_denominators() -> None:
     assert_close(
-        aggregate_loss(LOSS, MASK, "seq-mean-token-sum-norm", norm_length=10), scalar(1.45)
+        aggregate_loss(LOSS, MASK, "seq-mean-token-sum-norm", norm_length=10), scalar(2.9)
     )
     assert_close(aggregate_loss(LOSS, MASK, "token-mean", num_tokens=12), scalar(29 / 12))
     assert_close(aggregate_loss(LOSS, MASK, "seq-mean-token-sum", num_seqs=4), scalar(29 / 4))
@@ -67,10 +68,12 @@ def test_sum_norm_uses_the_given_length_and_counts_override_the_denominators() -
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_micro_batches_with_global_counts_add_up_to_the_full_batch(mode: str) -> None:
-    full = aggregate_loss(LOSS, MASK, mode)
+    full = aggregate_loss(LOSS, MASK, mode, norm_length=NORM)
     tokens, seqs = MASK.sum(), (MASK.sum(-1) > 0).sum()  # 6 tokens, 2 sequences
     parts = [
-        aggregate_loss(LOSS[rows], MASK[rows], mode, num_tokens=tokens, num_seqs=seqs)
+        aggregate_loss(
+            LOSS[rows], MASK[rows], mode, norm_length=NORM, num_tokens=tokens, num_seqs=seqs
+        )
         for rows in ([0], [1, 2])
     ]
     assert_close(sum(parts), full)
@@ -79,7 +82,7 @@ def test_micro_batches_with_global_counts_add_up_to_the_full_batch(mode: str) ->
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_an_empty_mask_gives_zero_and_a_finite_gradient(mode: str) -> None:
     loss = torch.tensor([[1.0, NAN], [INF, 4.0]], requires_grad=True)
-    out = aggregate_loss(loss, torch.zeros(2, 2), mode)
+    out = aggregate_loss(loss, torch.zeros(2, 2), mode, norm_length=NORM)
     out.backward()
     assert out.item() == 0.0
     assert loss.grad is not None and torch.equal(loss.grad, torch.zeros(2, 2))
@@ -100,7 +103,13 @@ def test_policy_loss_is_finite_for_any_mask(data: tuple[list, list], mode: str) 
     values = torch.tensor(data[1]).view(mask.shape)
     logprobs = values.clone().requires_grad_(True)
     loss, metrics = policy_loss(
-        logprobs, -values.flip(0), values.flip(1), mask, loss_agg_mode=mode, dual_clip=3.0
+        logprobs,
+        -values.flip(0),
+        values.flip(1),
+        mask,
+        loss_agg_mode=mode,
+        dual_clip=3.0,
+        norm_length=NORM,
     )
     loss.backward()
     assert torch.isfinite(loss)
@@ -110,12 +119,20 @@ def test_policy_loss_is_finite_for_any_mask(data: tuple[list, list], mode: str) 
 
 
 def test_unknown_mode_suggests_a_close_match() -> None:
-    with pytest.raises(ValueError, match=r"loss_agg_mode 'token_mean'\. Did you mean 'token-mean'"):
+    with pytest.raises(ValueError, match=r"loss_agg_mode='token_mean' is not valid\. Did you mean 'token-mean'"):
         aggregate_loss(LOSS, MASK, "token_mean")
     with pytest.raises(ValueError, match="must both be"):
         aggregate_loss(LOSS, MASK[:, :2], "token-mean")
-    with pytest.raises(ValueError, match="norm_length must be positive"):
+    with pytest.raises(ValueError, match="needs a positive constant norm_length, got 0"):
         aggregate_loss(LOSS, MASK, "seq-mean-token-sum-norm", norm_length=0)
+    with pytest.raises(ValueError, match="never a tensor's width"):
+        aggregate_loss(LOSS, MASK, "seq-mean-token-sum-norm")
+
+
+def test_sum_norm_matches_roll_and_verl_by_hand() -> None:
+    # ROLL's and verl's agg_loss: loss = mask = ones(2, 3), constant 3 -> 6 / 3 = 2.0
+    ones = torch.ones(2, 3)
+    assert_close(aggregate_loss(ones, ones, "seq-mean-token-sum-norm", norm_length=3), scalar(2.0))
 
 
 # PPO clip ---------------------------------------------------------------------------
@@ -257,7 +274,7 @@ def test_no_gradient_reaches_positions_off_the_mask(mode: str) -> None:
     old = torch.tensor([[-1.1, INF, -0.4], [-0.3, -4.0, NAN]])
     advantages = torch.tensor([[1.0, NAN, -0.5], [2.0, 1.0, NAN]])
     mask = torch.tensor([[1, 0, 1], [1, 1, 0]])
-    loss, _ = policy_loss(logprobs, old, advantages, mask, loss_agg_mode=mode)
+    loss, _ = policy_loss(logprobs, old, advantages, mask, loss_agg_mode=mode, norm_length=NORM)
     loss.backward()
     assert torch.isfinite(loss)
     assert logprobs.grad is not None
@@ -362,7 +379,7 @@ def test_full_kl_needs_logits_and_kinds_are_checked() -> None:
             logits=torch.zeros(1, 3, 4),
             ref_logits=torch.zeros(1, 3, 4),
         )
-    with pytest.raises(ValueError, match=r"kl_penalty 'low-var-kl'\. Did you mean 'low_var_kl'"):
+    with pytest.raises(ValueError, match=r"kl_penalty='low-var-kl' is not valid\. Did you mean 'low_var_kl'"):
         kl_penalty(KL_LOGPROBS, KL_REF, "low-var-kl")
     assert "full" in KL_PENALTIES
 

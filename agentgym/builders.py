@@ -1,0 +1,227 @@
+"""Builders: the recipe's parts from a checked config, shared by train and eval.
+
+Each builder takes the typed :class:`~agentgym.schema.TrainConfig` (or the
+pieces of it it needs) and returns one part; nothing here runs the recipe.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentgym.errors import ConfigError
+from agentgym.rollout.backends import GenerationBackend, SamplingParams, make_backend
+from agentgym.rollout.backends import resolve_backend as _resolve_backend
+from agentgym.rollout.chat import ChatTokenizer
+from agentgym.rollout.env_manager import EnvConfig, EnvManager
+from agentgym.rollout.loop import RolloutConfig
+from agentgym.schema import EnvManagerSection, GeneratingArgs, TrainConfig
+from agentgym.trainers.grpo import RUN_CONFIG, GRPOConfig, TrainParts
+from agentgym.trainers.strategies import Strategy, build_strategy
+from agentgym.trainers.tracking import make_tracker
+
+
+
+def model_path(config: TrainConfig) -> Path:
+    """The policy's folder: ``pretrain`` (ROLL's key; ``model.path`` feeds it), or the
+    tiny model built once from ``model.tiny`` and warm-started per ``model.warm_start``.
+
+    Raises:
+        ConfigError: If ``pretrain`` is not a local model folder.
+    """
+    if config.pretrain:
+        path = Path(config.pretrain).expanduser()
+        if not (path / "config.json").is_file():
+            raise ConfigError(
+                f"pretrain={config.pretrain!r} is not a model folder (no config.json); "
+                "models are loaded from local folders, never downloaded"
+            )
+        return path
+    from agentgym.models.tiny import ensure_tiny_model
+
+    model = config.model
+    return ensure_tiny_model(model.tiny, model.cache_dir, warm_start=model.warm_start)
+
+
+def sampling_params(args: GeneratingArgs, *, temperature: float, seed: int) -> SamplingParams:
+    """The engine's sampling parameters from ROLL's ``generating_args``."""
+    return SamplingParams(
+        temperature=temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_new_tokens=args.max_new_tokens,
+        seed=seed,
+    )
+
+
+def rollout_config(config: TrainConfig, *, validation: bool = False) -> RolloutConfig:
+    """How the train (or validation) episodes are collected."""
+    args = config.actor_infer.generating_args
+    temperature = config.validation.temperature if validation else args.temperature
+    return RolloutConfig(
+        mode=config.rollout_mode,
+        max_turns=config.max_turns,
+        sequence_length=config.sequence_length,
+        sampling=sampling_params(args, temperature=temperature, seed=config.seed + validation),
+        history_length=config.history_length,
+        prefix_check=config.prefix_check,
+        record_frames=validation and bool(config.render_save_dir),
+    )
+
+
+def env_manager(section: EnvManagerSection, config: TrainConfig, **kwargs: Any) -> EnvManager:
+    """An :class:`EnvManager` from a ``*_env_manager`` section (ROLL's keys)."""
+    env_configs: dict[str, EnvConfig | Any] = dict(section.env_configs)
+    for tag in section.tags:
+        env_configs.setdefault(tag, EnvConfig(tag, dict(config.env.kwargs)))
+    return EnvManager(
+        tags=section.tags,
+        env_groups=section.env_groups,
+        group_size=section.group_size,
+        n_groups=section.n_groups,
+        env_configs=env_configs,
+        seed=config.seed,
+        max_traj_per_env=section.max_traj_per_env,
+        format_penalty=section.format_penalty,
+        **kwargs,
+    )
+
+
+def backend_name(config: TrainConfig) -> str:
+    """The generation backend: ``actor_infer.strategy_args.strategy_name`` (``auto`` resolved)."""
+    return _resolve_backend(str(config.actor_infer.strategy_args.strategy_name))
+
+
+def generation_backend(config: TrainConfig, path: Path, *, dtype: str, device: str) -> GenerationBackend:
+    """The generation backend for the policy at ``path``."""
+    generation = config.generation
+    per_request_seed = generation.per_request_seed
+    if per_request_seed is None:
+        import torch
+
+        per_request_seed = torch.cuda.is_available()
+    return make_backend(
+        backend_name(config),
+        str(path),
+        dtype=dtype,
+        device=device,
+        max_model_len=config.sequence_length,
+        seed=config.seed,
+        max_batch_size=generation.max_batch_size,
+        base_url=generation.base_url,
+        served_model_name=generation.served_model_name,
+        per_request_seed=per_request_seed,
+    )
+
+
+def policy_strategy(config: TrainConfig, path: Path, *, needs_reference: bool) -> Strategy:
+    """The training strategy ``actor_train.strategy_args.strategy_name`` for ``path``."""
+    role = config.actor_train
+    args = role.training_args
+    return build_strategy(
+        str(role.strategy_args.strategy_name),
+        path,
+        role.strategy_args.strategy_config,
+        dtype=role.model_args.dtype,
+        device=config.model.device,
+        gradient_checkpointing=not role.model_args.disable_gradient_checkpointing,
+        attn_implementation=role.model_args.attn_implementation,
+        learning_rate=args.learning_rate,
+        weight_decay=args.weight_decay,
+        warmup_steps=args.warmup_steps,
+        lr_scheduler_type=args.lr_scheduler_type,
+        max_grad_norm=config.max_grad_norm,
+        temperature=config.actor_infer.generating_args.temperature,
+        micro_batch_size=args.per_device_train_batch_size,
+        reference_path=path if needs_reference else None,
+    )
+
+
+def grpo_config(config: TrainConfig) -> GRPOConfig:
+    """The recipe's settings: the schema's top-level keys of the same names, plus
+    the few that live in sections (``reward_normalization``, ``training_args``)."""
+    from dataclasses import fields
+
+    derived = {
+        "micro_batch_size": config.actor_train.training_args.per_device_train_batch_size,
+        "gradient_accumulation_steps": (
+            config.actor_train.training_args.gradient_accumulation_steps
+        ),
+        "grouping": config.reward_normalization.grouping,
+        "normalization": config.reward_normalization.method,
+        "val_renders": config.validation.renders,
+        "loss_scale_factor": config.loss_scale_factor or config.sequence_length,
+        "dual_clip_ratio_c": 3.0 if config.dual_clip_loss else config.dual_clip_ratio_c,
+    }
+    return GRPOConfig(
+        **{f.name: derived.get(f.name, getattr(config, f.name, None)) for f in fields(GRPOConfig)}
+    )
+
+
+def apply_system_envs(config: TrainConfig) -> None:
+    """Set ``system_envs`` in this process's environment (its workers inherit them)."""
+    os.environ.update({key: str(value) for key, value in config.system_envs.items()})
+
+
+def build_train(
+    config: TrainConfig,
+    resolved: dict[str, Any],
+    *,
+    resume_run_id: str | None = None,
+    resume_step: int | None = None,
+) -> tuple[GRPOConfig, TrainParts]:
+    """The recipe's settings and parts from a checked config.
+
+    Args:
+        config: The checked config.
+        resolved: The same config as plain data (saved with the run, given to trackers).
+        resume_run_id: The tracker run to continue (from the checkpoint resumed).
+        resume_step: The step resumed from (later metrics lines are dropped).
+    """
+    from transformers import AutoTokenizer
+
+    grpo = grpo_config(config)
+    path = model_path(config)
+    strategy = policy_strategy(config, path, needs_reference=grpo.needs_reference)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    backend = generation_backend(
+        config, path, dtype=config.actor_infer.model_args.dtype, device=config.model.device
+    )
+    print(f"generation backend: {backend_name(config)}; model: {path}", flush=True)
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / RUN_CONFIG).write_text(yaml.safe_dump(resolved, sort_keys=False))
+    tracker = make_tracker(
+        config.track_with,
+        logging_dir=config.logging_dir,
+        exp_name=config.exp_name,
+        config=resolved,
+        tracker_kwargs=config.tracker_kwargs,
+        run_id=resume_run_id,
+        resume_step=resume_step,
+    )
+    parts = TrainParts(
+        strategy=strategy,
+        backend=backend,
+        chat=ChatTokenizer(tokenizer),
+        train_manager=env_manager(config.train_env_manager, config),
+        val_manager=env_manager(
+            config.val_env_manager,
+            config,
+            fixed_seeds=True,
+            render_mode="rgb_array" if config.render_save_dir else None,
+        ),
+        train_rollout=rollout_config(config),
+        val_rollout=rollout_config(config, validation=True),
+        tracker=tracker,
+        checkpoint_dir=output_dir / "checkpoints",
+        render_dir=Path(config.render_save_dir) if config.render_save_dir else None,
+        dump_dir=Path(config.rollout_dump_dir) if config.rollout_dump_dir else None,
+        meta={"config": resolved, "tokenizer": str(path)},
+        pad_token_id=pad,
+    )
+    return grpo, parts

@@ -1,0 +1,565 @@
+"""The training config's schema: every key, its type, its range and its default.
+
+``configs/config.yaml`` (with its groups) is what Hydra composes; this schema
+validates the composed config before anything is built, so a bad value fails
+in seconds naming the key, the value, the valid range or options, and a close
+match for a misspelled key. It is the single source of the defaults: the
+shipped YAML is tested to agree with it, and the recipe's dataclasses are
+built from it (:mod:`agentgym.builders`).
+
+Keys follow ROLL's configuration guide. Keys that ROLL has and agentgym does
+not implement yet are recognized: their neutral value is accepted, any other
+value is rejected with what to use instead (:data:`NOT_YET`).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    model_validator,
+)
+
+from agentgym.errors import ConfigError, check_choice, did_you_mean
+from agentgym.models.tiny import TinyModelSpec
+from agentgym.models.warmstart import WarmStartSpec
+from agentgym.rollout.backends import BACKENDS
+from agentgym.rollout.chat import PREFIX_CHECK_MODES
+from agentgym.trainers.advantages import ADVANTAGE_ESTIMATORS, GROUPINGS, NORMALIZATIONS
+from agentgym.trainers.losses import KL_PENALTIES, LOSS_AGG_MODES
+from agentgym.trainers.strategies import STRATEGIES, UNSUPPORTED_STRATEGIES
+from agentgym.trainers.strategies.torch_strategy import LR_SCHEDULERS
+from agentgym.trainers.tracking import TRACKERS
+from agentgym.trajectory import SAMPLE_MODES, STEP_SCORES
+
+OLD_LOGPROBS = ("engine", "trainer")
+DTYPES = ("float32", "bfloat16", "float16")
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # ROLL's spellings
+
+
+def _choice(key: str, options: Sequence[str]) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        return check_choice(key, value, options)
+
+    return check
+
+
+def Choice(key: str, options: Sequence[str]) -> Any:  # noqa: N802 (a type factory)
+    """A string that must be one of ``options`` (the error names a close match)."""
+    return Annotated[str, AfterValidator(_choice(key, options))]
+
+
+Bool = Annotated[bool, Strict()]
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+NonNegativeFloat = Annotated[float, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+Probability = Annotated[float, Field(ge=0, le=1)]
+
+
+def _dtype(value: Any) -> Any:
+    return DTYPE_ALIASES.get(value, value) if isinstance(value, str) else value
+
+
+Dtype = Annotated[str, BeforeValidator(_dtype), AfterValidator(_choice("dtype", DTYPES))]
+
+
+def _device_mapping(value: Any) -> Any:
+    # ROLL writes device_mapping as a Python expression: "list(range(0,8))"
+    if isinstance(value, str):
+        tree = ast.parse(value, mode="eval").body
+        if (
+            isinstance(tree, ast.Call)
+            and isinstance(tree.func, ast.Name)
+            and tree.func.id == "list"
+            and len(tree.args) == 1
+            and isinstance(tree.args[0], ast.Call)
+            and isinstance(tree.args[0].func, ast.Name)
+            and tree.args[0].func.id == "range"
+        ):
+            return list(range(*(ast.literal_eval(arg) for arg in tree.args[0].args)))
+        return ast.literal_eval(value)
+    return value
+
+
+class Section(BaseModel):
+    """A config section: unknown keys are errors (with a close match)."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True, frozen=True)
+
+
+# Groups -------------------------------------------------------------------------------
+
+
+class EnvGroup(Section):
+    """``env/``: what to play."""
+
+    name: str = "sokoban"
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    max_new_tokens: PositiveInt | None = None
+    instructions: str | None = None
+
+
+class ModelGroup(Section):
+    """``model/``: the policy's folder, or the embedded tiny model."""
+
+    path: str | None = None
+    dtype: Dtype = "float32"
+    device: str = "cpu"
+    cache_dir: str = "~/.cache/agentgym/models"
+    tiny: TinyModelSpec = TinyModelSpec(phrase_tokens=True)
+    warm_start: WarmStartSpec | None = WarmStartSpec()
+
+
+class GenerationGroup(Section):
+    """``generation/``: the backend and how it samples (``actor_infer`` reads these)."""
+
+    backend: Choice("generation.backend", BACKENDS) = "auto"  # type: ignore[valid-type]
+    temperature: NonNegativeFloat = 1.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    top_k: NonNegativeInt = 0
+    max_new_tokens: PositiveInt = 64
+    max_batch_size: PositiveInt = 64
+    max_model_len: PositiveInt = 4096
+    base_url: str | None = None
+    served_model_name: str | None = None
+    per_request_seed: Bool | None = None
+
+
+class StrategyGroup(Section):
+    """``strategy/``: how the policy is trained (``actor_train.strategy_args`` reads these)."""
+
+    strategy_name: str = "torch"
+    strategy_config: dict[str, Any] = Field(default_factory=dict)
+
+
+# Roles (ROLL's actor_train, actor_infer, critic, reference) ---------------------------
+
+
+class ModelArgs(Section):
+    dtype: Dtype = "float32"
+    disable_gradient_checkpointing: Bool = True
+    attn_implementation: str | None = None
+    model_name_or_path: str | None = None
+
+
+class TrainingArgs(Section):
+    learning_rate: NonNegativeFloat = 3.0e-4
+    weight_decay: NonNegativeFloat = 0.0
+    per_device_train_batch_size: PositiveInt = 128
+    gradient_accumulation_steps: PositiveInt = 2
+    warmup_steps: NonNegativeInt = 0
+    lr_scheduler_type: Choice("lr_scheduler_type", LR_SCHEDULERS) = "constant"  # type: ignore[valid-type]
+
+
+class DataArgs(Section):
+    template: str | None = None
+    file_name: str | list[str] | None = None
+    prompt: str | None = None
+    messages: str | None = None
+
+
+class GeneratingArgs(Section):
+    max_new_tokens: PositiveInt = 64
+    temperature: NonNegativeFloat = 1.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    top_k: NonNegativeInt = 0
+    num_beams: PositiveInt = 1
+    num_return_sequences: PositiveInt = 1
+
+
+class StrategyArgs(Section):
+    strategy_name: str | None = None
+    strategy_config: dict[str, Any] = Field(default_factory=dict)
+
+
+class Role(Section):
+    """One of ROLL's worker roles; every role knows every key."""
+
+    model_args: ModelArgs = ModelArgs()
+    training_args: TrainingArgs = TrainingArgs()
+    data_args: DataArgs = DataArgs()
+    generating_args: GeneratingArgs = GeneratingArgs()
+    strategy_args: StrategyArgs = StrategyArgs()
+    device_mapping: Annotated[list[int] | None, BeforeValidator(_device_mapping)] = None
+    world_size: PositiveInt | None = None
+    num_gpus_per_worker: PositiveInt = 1
+    model_update_frequency: PositiveInt = 1
+    infer_batch_size: PositiveInt | None = None
+
+
+# Env managers ---------------------------------------------------------------------------
+
+
+class EnvManagerSection(Section):
+    """``train_env_manager`` / ``val_env_manager`` (ROLL's keys and aliases)."""
+
+    tags: list[str] = Field(default_factory=lambda: ["sokoban"])
+    n_groups: list[PositiveInt] | None = None
+    env_groups: PositiveInt = 16
+    group_size: PositiveInt = 8
+    max_traj_per_env: PositiveInt = 1
+    format_penalty: float | None = None
+    env_configs: dict[str, Any] = Field(default_factory=dict)
+    worker_cls: str | None = None
+    max_env_num_per_worker: PositiveInt | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        # ROLL also spells env_groups num_env_groups and n_groups num_groups_partition
+        if isinstance(data, dict):
+            data = dict(data)
+            for alias, key in (("num_env_groups", "env_groups"), ("num_groups_partition", "n_groups")):
+                if alias in data:
+                    data[key] = data.pop(alias)
+        return data
+
+
+class RewardNormalization(Section):
+    grouping: Choice("reward_normalization.grouping", GROUPINGS) = "state"  # type: ignore[valid-type]
+    method: Choice("reward_normalization.method", NORMALIZATIONS) = "mean_std"  # type: ignore[valid-type]
+
+
+class Validation(Section):
+    temperature: NonNegativeFloat = 1.0
+    renders: NonNegativeInt = 4
+
+
+# The whole config ----------------------------------------------------------------------
+
+
+class TrainConfig(Section):
+    """The composed training config (``configs/config.yaml``), checked."""
+
+    env: EnvGroup = EnvGroup()
+    model: ModelGroup = ModelGroup()
+    generation: GenerationGroup = GenerationGroup()
+    strategy: StrategyGroup = StrategyGroup()
+
+    # run
+    exp_name: str = "sokoban_grpo"
+    seed: int = 42
+    rpc_timeout: PositiveFloat = 600.0
+    output_dir: str = "outputs/train"
+    logging_dir: str = "outputs/train/logs"
+    render_save_dir: str | None = None
+    rollout_dump_dir: str | None = None
+    track_with: list[Choice("track_with", TRACKERS)] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: ["stdout"]
+    )
+    tracker_kwargs: dict[str, Any] = Field(default_factory=dict)
+    max_steps: PositiveInt = 60
+    save_steps: PositiveInt = 30
+    logging_steps: PositiveInt = 1
+    eval_steps: NonNegativeInt = 15
+    resume_from_checkpoint: Bool | str = False
+    checkpoint_config: dict[str, Any] | None = None
+    system_envs: dict[str, str] = Field(default_factory=dict)
+    pretrain: str | None = None
+    reward_pretrain: str | None = None
+    max_failed_fraction: Probability = 0.5
+
+    # batches and lengths
+    rollout_batch_size: PositiveInt = 128
+    val_batch_size: PositiveInt = 512
+    prompt_length: PositiveInt | None = None
+    response_length: PositiveInt | None = None
+    sequence_length: PositiveInt = 512
+    max_turns: PositiveInt = 10
+    rollout_mode: Choice("rollout_mode", SAMPLE_MODES) = "step"  # type: ignore[valid-type]
+    history_length: NonNegativeInt = 0
+    step_score: Choice("step_score", STEP_SCORES) = "episode"  # type: ignore[valid-type]
+    prefix_check: Choice("prefix_check", PREFIX_CHECK_MODES) = "warn"  # type: ignore[valid-type]
+
+    # distribution and scheduling (later issues)
+    local_rank: int = -1
+    num_nodes: PositiveInt = 1
+    num_gpus_per_node: NonNegativeInt = 0
+    generate_opt_level: Annotated[int, Field(ge=0, le=1)] = 1
+    is_num_return_sequences_expand: Bool = False
+    max_running_requests: PositiveInt | None = None
+    is_use_additional_prompts: Bool = False
+    max_additional_running_prompts: NonNegativeInt = 0
+    num_return_sequences_in_group: PositiveInt = 1
+    async_generation_ratio: NonNegativeFloat = 0.0
+
+    # advantages and rewards
+    ppo_epochs: PositiveInt = 1
+    max_grad_norm: PositiveFloat | None = 1.0
+    adv_estimator: Choice("adv_estimator", (*ADVANTAGE_ESTIMATORS, "gae")) = "grpo"  # type: ignore[valid-type]
+    gamma: Annotated[float, Field(ge=0, le=1)] = 1.0
+    lambd: Annotated[float, Field(ge=0, le=1)] = 0.95
+    whiten_advantages: Bool = False
+    reward_clip: PositiveFloat | None = None
+    advantage_clip: PositiveFloat | None = None
+    reward_normalization: RewardNormalization = RewardNormalization()
+    drop_zero_variance_groups: Bool = True
+    step_advantage_weight: NonNegativeFloat = 1.0
+    step_gamma: Annotated[float, Field(gt=0, le=1)] = 0.95
+    use_reward_scaling: Bool = False
+    add_len_reward: Bool = False
+    use_reward_norm: Bool = False
+    whiten_rewards: Bool = False
+    reward_norm: str | None = None
+    reward_shift: Bool = False
+    reward_scale: Bool = False
+    difficulty_loss_weight: Bool = False
+    length_loss_weight: Bool = False
+    critic_warmup: NonNegativeInt = 0
+
+    # losses
+    clip_ratio_low: NonNegativeFloat = 0.2
+    clip_ratio_high: NonNegativeFloat = 0.2
+    dual_clip_ratio_c: Annotated[float, Field(gt=1)] | None = None
+    dual_clip_loss: Bool = False
+    loss_agg_mode: Choice("loss_agg_mode", LOSS_AGG_MODES) = "token-mean"  # type: ignore[valid-type]
+    loss_scale_factor: PositiveInt | None = None
+    use_kl_loss: Bool = False
+    kl_loss_coef: NonNegativeFloat = 0.001
+    kl_penalty: Choice("kl_penalty", KL_PENALTIES) = "low_var_kl"  # type: ignore[valid-type]
+    add_token_level_kl: Bool = False
+    init_kl_coef: NonNegativeFloat = 0.001
+    kl_horizon: PositiveInt | None = None
+    entropy_loss_coef: float = 0.0
+    tis_cap: PositiveFloat | None = None
+    old_logprobs: Choice("old_logprobs", OLD_LOGPROBS) = "engine"  # type: ignore[valid-type]
+    sft_loss_coef: NonNegativeFloat = 0.0
+    rl_loss_coef: NonNegativeFloat = 1.0
+    use_topr_loss: Bool = False
+    l2: NonNegativeFloat = 0.0
+
+    # envs and roles
+    train_env_manager: EnvManagerSection = EnvManagerSection()
+    val_env_manager: EnvManagerSection = EnvManagerSection(env_groups=512, group_size=1)
+    actor_train: Role = Role()
+    actor_infer: Role = Role()
+    critic: Role = Role()
+    reference: Role = Role()
+    validation: Validation = Validation()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _scalar_forms(cls, data: Any) -> Any:
+        # ROLL writes track_with as one name
+        if isinstance(data, dict) and isinstance(data.get("track_with"), str):
+            data = {**data, "track_with": [data["track_with"]]}
+        return data
+
+
+# Keys known from ROLL, not implemented yet ---------------------------------------------
+
+_GAE = "GAE with a critic is not supported yet; use adv_estimator=grpo or reinforce"
+_RAY = "runs are in-process on one machine for now (Ray placement comes next)"
+_REWARD = "reward scaling and normalization beyond reward_normalization is not supported yet"
+NOT_YET: dict[str, str] = {
+    "adv_estimator=gae": _GAE,
+    "lambd": _GAE,
+    "critic_warmup": _GAE,
+    "num_nodes": _RAY,
+    "local_rank": "it is set by a launcher; agentgym runs one process",
+    "async_generation_ratio": "async generation is not supported yet; use 0 (synchronous)",
+    "generate_opt_level": "generation always schedules per request (level 1)",
+    "is_num_return_sequences_expand": "use train_env_manager.group_size for the group",
+    "num_return_sequences_in_group": "use train_env_manager.group_size (the GRPO group size)",
+    "max_running_requests": "use generation.max_batch_size (requests in flight per engine)",
+    "is_use_additional_prompts": "over-provisioned prompts are not supported yet",
+    "max_additional_running_prompts": "over-provisioned prompts are not supported yet",
+    "use_reward_scaling": _REWARD,
+    "add_len_reward": _REWARD,
+    "use_reward_norm": _REWARD,
+    "whiten_rewards": _REWARD,
+    "reward_norm": _REWARD + " (use reward_normalization.grouping/method)",
+    "reward_shift": _REWARD + " (use reward_normalization.method=mean)",
+    "reward_scale": _REWARD,
+    "difficulty_loss_weight": "per-sample loss weights are not supported yet",
+    "length_loss_weight": "per-sample loss weights are not supported yet",
+    "sft_loss_coef": "the SFT loss term is not supported yet",
+    "rl_loss_coef": "the RL loss is not reweighted yet; keep 1.0",
+    "use_topr_loss": "the TOPR loss is not supported yet",
+    "l2": "use actor_train.training_args.weight_decay",
+    "kl_horizon": "the adaptive KL controller is not supported yet; init_kl_coef is fixed",
+    "prompt_length": "multi-turn rollouts bound prompt + responses with sequence_length",
+    "response_length": "use generation.max_new_tokens (per turn) and sequence_length",
+    "checkpoint_config": "checkpoints go to output_dir/checkpoints",
+    "reward_pretrain": "reward models are not supported; envs give the rewards",
+    "train_env_manager.worker_cls": "env workers in their own processes come with Ray",
+    "train_env_manager.max_env_num_per_worker": "envs run in threads of this process for now",
+    "val_env_manager.worker_cls": "env workers in their own processes come with Ray",
+    "val_env_manager.max_env_num_per_worker": "envs run in threads of this process for now",
+}
+for _role in ("actor_train", "actor_infer", "critic", "reference"):
+    NOT_YET |= {
+        f"{_role}.data_args.{key}": "agentic runs take prompts from envs and the chat "
+        "template from the tokenizer"
+        for key in DataArgs.model_fields
+    }
+    NOT_YET |= {
+        f"{_role}.{key}": _RAY for key in ("device_mapping", "world_size", "infer_batch_size")
+    }
+    NOT_YET[f"{_role}.num_gpus_per_worker"] = _RAY
+    NOT_YET[f"{_role}.model_update_frequency"] = "weights sync after every step"
+    NOT_YET[f"{_role}.generating_args.num_beams"] = "beam search is not supported in RL rollouts"
+    NOT_YET[f"{_role}.generating_args.num_return_sequences"] = (
+        "use train_env_manager.group_size for several samples of one state"
+    )
+NOT_YET["critic.strategy_args.strategy_name"] = _GAE
+
+
+def _get(config: BaseModel, path: str) -> Any:
+    value: Any = config
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _check_not_yet(config: TrainConfig) -> None:
+    defaults = TrainConfig()
+    for key, message in NOT_YET.items():
+        path, _, bad = key.partition("=")
+        value = _get(config, path)
+        if (str(value) == bad) if bad else (value != _get(defaults, path)):
+            raise ConfigError(f"{path}={value!r} is not supported yet: {message}")
+
+
+def _check_relations(config: TrainConfig) -> None:
+    manager = config.train_env_manager
+    per_step = manager.env_groups * manager.group_size * manager.max_traj_per_env
+    if config.rollout_batch_size != per_step:
+        raise ConfigError(
+            f"rollout_batch_size={config.rollout_batch_size} must equal train_env_manager "
+            f"env_groups × group_size × max_traj_per_env = {manager.env_groups} × "
+            f"{manager.group_size} × {manager.max_traj_per_env} = {per_step}"
+        )
+    args = config.actor_train.training_args
+    minibatch = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    if config.rollout_mode == "trajectory" and config.rollout_batch_size % minibatch:
+        raise ConfigError(
+            f"rollout_batch_size={config.rollout_batch_size} is not divisible by "
+            f"per_device_train_batch_size × gradient_accumulation_steps = {minibatch}"
+        )
+    val = config.val_env_manager
+    if val.env_groups * val.group_size != config.val_batch_size:
+        raise ConfigError(
+            f"val_batch_size={config.val_batch_size} must equal val_env_manager env_groups × "
+            f"group_size = {val.env_groups} × {val.group_size}"
+        )
+    if config.step_advantage_weight and config.rollout_mode != "step":
+        raise ConfigError(
+            f"step_advantage_weight={config.step_advantage_weight} (GiGPO) needs one sample per "
+            f"turn: set rollout_mode=step (it is {config.rollout_mode!r})"
+        )
+    if config.tis_cap is not None and config.old_logprobs != "trainer":
+        raise ConfigError(
+            f"tis_cap={config.tis_cap} reweights by the trainer/engine logprob gap, which needs "
+            f"π_old recomputed by the trainer: set old_logprobs=trainer "
+            f"(it is {config.old_logprobs!r})"
+        )
+    budget = config.actor_infer.generating_args.max_new_tokens
+    if budget >= config.sequence_length:
+        raise ConfigError(
+            f"actor_infer.generating_args.max_new_tokens={budget} leaves no room for a prompt "
+            f"in sequence_length={config.sequence_length}"
+        )
+    if config.dual_clip_loss and config.dual_clip_ratio_c not in (None, 3.0):
+        raise ConfigError(
+            f"dual_clip_loss=true means dual-clip with c = 3 (ROLL), but "
+            f"dual_clip_ratio_c={config.dual_clip_ratio_c}: set one of them"
+        )
+    name = config.actor_train.strategy_args.strategy_name
+    if name in UNSUPPORTED_STRATEGIES:
+        raise ConfigError(
+            f"actor_train.strategy_args.strategy_name={name!r}: {UNSUPPORTED_STRATEGIES[name]}"
+        )
+    if name not in STRATEGIES:
+        check_choice("actor_train.strategy_args.strategy_name", str(name), list(STRATEGIES))
+    backend = config.actor_infer.strategy_args.strategy_name
+    check_choice("actor_infer.strategy_args.strategy_name", str(backend), BACKENDS)
+
+
+def _field_names(model: type[BaseModel]) -> list[str]:
+    return list(model.model_fields)
+
+
+def _model_at(loc: Sequence[str | int]) -> type[BaseModel] | None:
+    model: Any = TrainConfig
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return None
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        else:
+            return None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    loc = [part for part in error["loc"] if not str(part).startswith(("function-", "constrained"))]
+    key = ".".join(str(part) for part in loc)
+    if error["type"] == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        options = _field_names(parent) if parent is not None else []
+        hint = did_you_mean(loc[-1], options)
+        return f"unknown key {key!r}.{hint}"
+    if error["type"] == "value_error" and isinstance(error.get("ctx", {}).get("error"), ConfigError):
+        return str(error["ctx"]["error"])
+    return f"{key}={error.get('input')!r}: {error['msg']}"
+
+
+def validate(raw: Mapping[str, Any]) -> TrainConfig:
+    """Check a composed, resolved config and return it typed.
+
+    Raises:
+        ConfigError: Naming each bad key, its value and the valid range or
+            options (a close match for a misspelled key), or a key ROLL has
+            that agentgym does not implement yet, with what to use instead.
+    """
+    try:
+        config = TrainConfig.model_validate(dict(raw))
+    except ValidationError as error:
+        messages = [_message(e) for e in error.errors()]
+        raise ConfigError("invalid config:\n  " + "\n  ".join(messages)) from None
+    _check_not_yet(config)
+    _check_relations(config)
+    return config
+
+
+def known_paths() -> list[str]:
+    """Every key path of the schema (``a.b.c``), for close matches on the command line."""
+    paths: list[str] = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            path = f"{prefix}{name}"
+            paths.append(path)
+            annotation = field.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                walk(annotation, path + ".")
+
+    walk(TrainConfig, "")
+    return paths
+
+
+OPEN_MAPPINGS = (
+    "env.kwargs",
+    "tracker_kwargs",
+    "system_envs",
+    "strategy.strategy_config",
+    "actor_train.strategy_args.strategy_config",
+    "train_env_manager.env_configs",
+    "val_env_manager.env_configs",
+    "model.tiny",
+    "model.warm_start",
+)
+"""Keys whose entries are free-form (constructor arguments and the like)."""

@@ -1,0 +1,81 @@
+"""Training strategies, picked by ROLL's ``actor_train.strategy_args.strategy_name``.
+
+Each entry of :data:`STRATEGIES` builds a :class:`Strategy` from the role's
+settings plus the ``strategy_config`` mapping passed through unchanged, so a
+strategy's own options never need a key in the recipe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from agentgym.trainers.strategies.base import (
+    LossFunction,
+    LossInputs,
+    Metric,
+    MetricReducer,
+    ModelOutputs,
+    Strategy,
+    buckets,
+    micro_batches,
+)
+
+__all__ = [
+    "STRATEGIES",
+    "UNSUPPORTED_STRATEGIES",
+    "LossFunction",
+    "LossInputs",
+    "Metric",
+    "MetricReducer",
+    "ModelOutputs",
+    "Strategy",
+    "build_strategy",
+    "buckets",
+    "micro_batches",
+]
+
+
+def _torch(model_path: Path, strategy_config: Mapping[str, Any], **settings: Any) -> Strategy:
+    from agentgym.trainers.strategies.torch_strategy import TorchStrategy
+
+    return TorchStrategy(model_path, **settings, **strategy_config)
+
+
+STRATEGIES: dict[str, Callable[..., Strategy]] = {"torch": _torch}
+"""``strategy_name`` -> builder ``(model_path, strategy_config, **role settings)``."""
+
+UNSUPPORTED_STRATEGIES = {
+    "megatron_train": "the Megatron strategy is not built yet; use strategy_name: torch",
+    "deepspeed_train": (
+        "DeepSpeed is not supported; use strategy_name: torch (FSDP2/DDP data parallelism "
+        "over Ray ranks is planned in its place)"
+    ),
+    "fsdp2_train": "FSDP2 over several ranks is not built yet; use strategy_name: torch",
+    "hf_infer": "hf_infer is an inference strategy (actor_infer); train with strategy_name: torch",
+}
+"""ROLL's other strategy names, with what to use instead."""
+
+
+def build_strategy(
+    name: str, model_path: Path, strategy_config: Mapping[str, Any], **settings: Any
+) -> Strategy:
+    """Build the strategy ``name`` for ``model_path``.
+
+    Args:
+        name: A key of :data:`STRATEGIES`.
+        model_path: The policy's Hugging Face folder.
+        strategy_config: ROLL's ``strategy_args.strategy_config``: passed to the builder.
+        **settings: The role's settings (dtype, learning rate, temperature, ...).
+
+    Raises:
+        ValueError: On an unknown or unsupported name (with what to use instead).
+    """
+    from agentgym.errors import unknown_choice
+
+    if name in UNSUPPORTED_STRATEGIES:
+        raise ValueError(f"strategy_name={name!r}: {UNSUPPORTED_STRATEGIES[name]}")
+    if name not in STRATEGIES:
+        raise unknown_choice("actor_train.strategy_args.strategy_name", name, list(STRATEGIES))
+    return STRATEGIES[name](model_path, strategy_config, **settings)

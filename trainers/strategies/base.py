@@ -1,0 +1,185 @@
+"""The ``Strategy`` seam: what the recipe asks of whatever trains the policy.
+
+A strategy owns the trained model, its optimizer, and the frozen reference
+model; nothing outside a strategy (or a generation backend) touches a model
+object. The recipe hands it :class:`~agentgym.trajectory.RolloutBatch` data
+and a :class:`LossFunction`, and takes its weights by Hugging Face name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+import torch
+
+from agentgym.trajectory import RolloutBatch
+
+Reduce = Literal["sum", "mean", "min", "max"]
+"""How a metric combines over micro-batches: ``sum`` (each micro-batch holds a
+share of the whole, normalized by the whole's counts), ``mean``, ``min``, ``max``."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A scalar a loss function reports, with how it combines over micro-batches."""
+
+    value: float
+    reduce: Reduce = "mean"
+
+
+class MetricReducer:
+    """Combine :class:`Metric` values by their declared reduction.
+
+    ``sum`` metrics add up; ``mean`` metrics average over the values added;
+    ``min``/``max`` keep the extreme. A key's reduction must not change.
+    """
+
+    def __init__(self) -> None:
+        self._values: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+        self._kinds: dict[str, Reduce] = {}
+
+    def add(self, metrics: Mapping[str, Metric]) -> None:
+        """Fold one micro-batch's (or one update's) metrics in."""
+        for key, metric in metrics.items():
+            kind = self._kinds.setdefault(key, metric.reduce)
+            if kind != metric.reduce:
+                raise ValueError(f"metric {key!r} changed its reduction: {kind} -> {metric.reduce}")
+            value = float(metric.value)
+            if key not in self._values:
+                self._values[key], self._counts[key] = value, 1
+                continue
+            old = self._values[key]
+            self._counts[key] += 1
+            if kind in ("sum", "mean"):
+                self._values[key] = old + value
+            else:
+                self._values[key] = min(old, value) if kind == "min" else max(old, value)
+
+    def metrics(self) -> dict[str, Metric]:
+        """The combined metrics, each keeping its reduction (to fold into a higher level)."""
+        return {
+            key: Metric(
+                value / self._counts[key] if self._kinds[key] == "mean" else value,
+                self._kinds[key],
+            )
+            for key, value in self._values.items()
+        }
+
+    def values(self) -> dict[str, float]:
+        """The combined values."""
+        return {key: metric.value for key, metric in self.metrics().items()}
+
+
+@dataclass
+class ModelOutputs:
+    """What one forward pass gives the loss.
+
+    Attributes:
+        logprobs: ``[B, T]`` log p(input_ids[t] | input_ids[:t]) at the sampling
+            temperature; 0 at t = 0.
+        entropy: ``[B, T]`` entropy of the distribution that predicted token t
+            (0 at t = 0); None unless the loss asks for it.
+        logits: ``[B, T, V]`` the (temperature-scaled) logits that predicted
+            token t; None unless the loss asks for them.
+        ref_logits: ``[B, T, V]`` the frozen reference's logits, likewise.
+    """
+
+    logprobs: torch.Tensor
+    entropy: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    ref_logits: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """What a loss function needs from the forward pass beyond log-probabilities."""
+
+    entropy: bool = False
+    logits: bool = False
+    ref_logits: bool = False
+
+
+class LossFunction(Protocol):
+    """A per-micro-batch loss: ``(outputs, micro_batch) -> (loss, metrics)``.
+
+    The loss of each micro-batch must be its share of the mini-batch loss (it
+    is normalized by the mini-batch's counts), so the strategy adds the
+    gradients up without rescaling; metrics declare how they combine.
+    """
+
+    needs: LossInputs
+
+    def __call__(
+        self, outputs: ModelOutputs, batch: RolloutBatch
+    ) -> tuple[torch.Tensor, dict[str, Metric]]:
+        """The micro-batch's loss share and its metrics."""
+        ...
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """Trains the policy; owns the model, the optimizer and the frozen reference."""
+
+    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, T]`` log-probabilities of ``batch`` under the current weights, at
+        the sampling temperature, without gradient."""
+        ...
+
+    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, T]`` log-probabilities under the frozen reference model."""
+        ...
+
+    def train_step(
+        self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction
+    ) -> dict[str, Metric]:
+        """One optimizer step over ``micro_batches`` (gradient accumulation).
+
+        Returns:
+            The loss function's metrics combined over micro-batches, plus
+            ``grad_norm`` and ``lr``.
+        """
+        ...
+
+    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The policy's tensors by Hugging Face name, one at a time (streamable)."""
+        ...
+
+    def save(self, directory: Path) -> None:
+        """Write the model (a complete Hugging Face folder under ``model/``) and optimizer."""
+        ...
+
+    def load(self, directory: Path) -> None:
+        """Restore what :meth:`save` wrote."""
+        ...
+
+    def train(self, mode: bool = True) -> None:
+        """Switch the model to training (dropout on) or evaluation mode."""
+        ...
+
+
+def micro_batches(batch: RolloutBatch, size: int) -> Iterator[RolloutBatch]:
+    """Consecutive row slices of ``batch``, each trimmed to its longest sequence."""
+    for start in range(0, len(batch), size):
+        rows = slice(start, start + size)
+        yield batch.rows(rows, width=int(batch.attention_mask[rows].sum(1).max()))
+
+
+def buckets(
+    weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Group named tensors into lists of at most ``bucket_bytes`` (a bigger tensor goes alone)."""
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in weights:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket

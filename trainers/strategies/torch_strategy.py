@@ -1,0 +1,243 @@
+"""The torch strategy: a Hugging Face causal LM trained in this process (CPU or one GPU)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentgym.trainers.strategies.base import (
+    LossFunction,
+    Metric,
+    MetricReducer,
+    ModelOutputs,
+    micro_batches,
+)
+from agentgym.trajectory import RolloutBatch
+
+LR_SCHEDULERS = ("constant", "constant_with_warmup")
+"""Learning-rate schedules: linear warmup over ``warmup_steps``, then constant."""
+
+
+def forward(
+    model: Any,
+    batch: RolloutBatch,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    with_logits: bool = False,
+) -> ModelOutputs:
+    """Token log-probabilities of ``batch`` under ``model``, aligned with ``input_ids``.
+
+    The logits are divided by ``temperature`` first (when it is > 0), so the
+    log-probabilities are those of the distribution the engine sampled from.
+    """
+    logits = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+    ).logits.float()[:, :-1]  # [B, T-1, V]: position t predicts token t + 1
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    logprobs = torch.log_softmax(logits, -1)  # [B, T-1, V]
+    picked = logprobs.gather(-1, batch.input_ids[:, 1:, None])[..., 0]  # [B, T-1]
+    zeros = picked.new_zeros(picked.shape[0], 1)
+    entropy = None
+    if with_entropy:
+        entropy = torch.cat([zeros, -(logprobs.exp() * logprobs).sum(-1)], 1)  # [B, T]
+    full_logits = None
+    if with_logits:
+        pad = logits.new_zeros(logits.shape[0], 1, logits.shape[2])
+        full_logits = torch.cat([pad, logits], 1)  # [B, T, V]
+    return ModelOutputs(torch.cat([zeros, picked], 1), entropy, full_logits)
+
+
+class TorchStrategy:
+    """Train a transformers causal LM with AdamW, linear warmup, gradient
+    accumulation and gradient-norm clipping, in this process.
+
+    Args:
+        model_path: A local Hugging Face model folder.
+        dtype: Parameter dtype of the policy and the reference (``float32``, ``bfloat16``).
+        device: ``cpu`` or ``cuda``.
+        gradient_checkpointing: Trade compute for activation memory.
+        learning_rate: AdamW learning rate after warmup.
+        weight_decay: AdamW weight decay.
+        warmup_steps: Optimizer steps of linear warmup from 0.
+        lr_scheduler_type: One of :data:`LR_SCHEDULERS`.
+        max_grad_norm: Clip the global gradient norm to this (None: no clipping).
+        temperature: The sampling temperature; logits are divided by it.
+        micro_batch_size: Rows per forward pass of :meth:`logprobs`.
+        reference_path: The frozen reference model's folder (None: no reference).
+        betas: AdamW betas.
+        attn_implementation: Passed to ``from_pretrained`` (None: transformers' default).
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        dtype: str = "float32",
+        device: str = "cpu",
+        gradient_checkpointing: bool = False,
+        learning_rate: float = 1e-6,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        lr_scheduler_type: str = "constant",
+        max_grad_norm: float | None = 1.0,
+        temperature: float = 1.0,
+        micro_batch_size: int = 8,
+        reference_path: str | Path | None = None,
+        betas: Sequence[float] = (0.9, 0.999),
+        attn_implementation: str | None = None,
+    ) -> None:
+        if lr_scheduler_type not in LR_SCHEDULERS:
+            raise ValueError(
+                f"lr_scheduler_type={lr_scheduler_type!r} is not supported; valid options: "
+                f"{list(LR_SCHEDULERS)} (linear warmup over warmup_steps, then constant)"
+            )
+        self.model_path = Path(model_path)
+        self.device = torch.device(device)
+        self.temperature = temperature
+        self.micro_batch_size = micro_batch_size
+        self.max_grad_norm = max_grad_norm
+        self.model = self._load(model_path, dtype, attn_implementation)
+        if gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        self.reference = None
+        if reference_path is not None:
+            self.reference = self._load(reference_path, dtype, attn_implementation)
+            self.reference.eval().requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=learning_rate,
+            weight_decay=weight_decay,
+            betas=(float(betas[0]), float(betas[1])),
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1))
+        )
+
+    def _load(self, path: str | Path, dtype: str, attn_implementation: str | None) -> Any:
+        from transformers import AutoModelForCausalLM
+
+        extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype), **extra)
+        return model.to(self.device)  # type: ignore[arg-type]
+
+    def _to_device(self, batch: RolloutBatch) -> RolloutBatch:
+        if self.device.type == "cpu":
+            return batch
+        moved: dict[str, Any] = {
+            key: value.to(self.device) if isinstance(value, torch.Tensor) else value
+            for key, value in vars(batch).items()
+        }
+        return RolloutBatch(**moved)
+
+    def train(self, mode: bool = True) -> None:
+        """Training (dropout on) or evaluation mode of the policy."""
+        self.model.train(mode)
+
+    @torch.no_grad()
+    def _logprobs(self, model: Any, batch: RolloutBatch) -> torch.Tensor:
+        width = batch.input_ids.shape[1]
+        parts = []
+        for part in micro_batches(batch, self.micro_batch_size):
+            out = forward(model, self._to_device(part), temperature=self.temperature)
+            parts.append(torch.nn.functional.pad(out.logprobs.cpu(), (0, width - part.input_ids.shape[1])))
+        return torch.cat(parts)  # [B, T]
+
+    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, T]`` log-probabilities under the current weights (eval mode, no gradient)."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self._logprobs(self.model, batch)
+        finally:
+            self.model.train(was_training)
+
+    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, T]`` log-probabilities under the frozen reference.
+
+        Raises:
+            RuntimeError: If the strategy was built without a reference.
+        """
+        if self.reference is None:
+            raise RuntimeError(
+                "this strategy has no reference model: build it with reference_path "
+                "(the recipe does when use_kl_loss or add_token_level_kl is set)"
+            )
+        return self._logprobs(self.reference, batch)
+
+    def train_step(
+        self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction
+    ) -> dict[str, Metric]:
+        """One optimizer step over ``micro_batches`` with gradient accumulation.
+
+        Each micro-batch's loss is already its share of the whole (see
+        :class:`~agentgym.trainers.strategies.base.LossFunction`), so the
+        gradients add up without rescaling.
+        """
+        needs = loss_fn.needs
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        reducer = MetricReducer()
+        for part in micro_batches:
+            part = self._to_device(part)
+            outputs = forward(
+                self.model,
+                part,
+                temperature=self.temperature,
+                with_entropy=needs.entropy,
+                with_logits=needs.logits,
+            )
+            if needs.ref_logits:
+                if self.reference is None:
+                    raise RuntimeError("the loss needs reference logits; build with reference_path")
+                with torch.no_grad():
+                    outputs.ref_logits = forward(
+                        self.reference, part, temperature=self.temperature, with_logits=True
+                    ).logits
+            loss, metrics = loss_fn(outputs, part)
+            loss.backward()
+            reducer.add(metrics)
+        parameters = [p for p in self.model.parameters() if p.grad is not None]
+        if self.max_grad_norm is not None:
+            norm = torch.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
+        else:
+            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in parameters]))
+        reducer.add(
+            {
+                "grad_norm": Metric(float(norm), "mean"),
+                "lr": Metric(float(self.scheduler.get_last_lr()[0]), "mean"),
+            }
+        )
+        self.optimizer.step()
+        self.scheduler.step()
+        return reducer.metrics()
+
+    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The model's parameters and buffers by Hugging Face name (the live tensors)."""
+        yield from self.model.state_dict().items()
+
+    def save(self, directory: Path) -> None:
+        """Write a complete Hugging Face folder (weights, config, tokenizer, chat
+        template) under ``model/``, and the optimizer and scheduler states."""
+        from transformers import AutoTokenizer
+
+        self.model.save_pretrained(directory / "model")
+        AutoTokenizer.from_pretrained(str(self.model_path)).save_pretrained(directory / "model")
+        torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
+        torch.save(self.scheduler.state_dict(), directory / "scheduler.pt")
+
+    def load(self, directory: Path) -> None:
+        """Restore what :meth:`save` wrote, in place."""
+        from safetensors.torch import load_file
+
+        weights = load_file(str(directory / "model" / "model.safetensors"), device=str(self.device))
+        self.model.load_state_dict(weights)
+        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
+        self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=True))
