@@ -5,11 +5,20 @@ into :meth:`TextEnv.step`; the env parses it into actions of its own
 vocabulary. Text that does not parse is a penalized no-op, never an exception.
 Envs know nothing about tokens or models.
 
-Subclasses set :attr:`TextEnv.action_names` and implement four hooks:
-:meth:`_reset`, :meth:`_apply`, :meth:`_observation` and :meth:`_success`;
-they may override :meth:`_info`, :meth:`_invalid_turn`, :meth:`_render_rgb`
-and :attr:`_rules`. Envs whose actions are not a fixed vocabulary (WebShop's
-``search[...]``) override :meth:`_parse` instead of setting ``action_names``.
+One turn is two hooks: :meth:`TextEnv._parse` turns the text into a
+:class:`~agentgym.envs.parsing.ParsedResponse`, and :meth:`TextEnv._play`
+plays it and says what happened in a :class:`TurnResult`. The base class
+does the rest (step count, ``max_steps`` truncation, the format penalty,
+``info``).
+
+Most envs keep both defaults: they set :attr:`TextEnv.action_names` and
+implement :meth:`_reset`, :meth:`_apply` (one action), :meth:`_observation`
+and :meth:`_success`; they may override :meth:`_info`, :meth:`_invalid_turn`,
+:meth:`_render_rgb` and :attr:`_rules`. Envs whose actions are not a fixed
+vocabulary (WebShop's ``search[...]``) override :meth:`_parse`; envs whose
+turn is more than a sequence of actions (WebShop checks a whole turn before
+playing it, tool envs run tool calls) override :meth:`_play` instead of
+:meth:`_apply`.
 
 Tool-use envs declare :attr:`TextEnv.tools` (OpenAI function schemas, handed
 to the chat template's ``tools=``) and return the results of the model's tool
@@ -23,6 +32,7 @@ from __future__ import annotations
 import inspect
 import string
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium
@@ -45,6 +55,38 @@ MAX_TEXT_LENGTH = 1 << 16
 def text_space() -> spaces.Text:
     """The Gymnasium space of observation and action strings."""
     return spaces.Text(max_length=MAX_TEXT_LENGTH, min_length=0, charset="".join(TEXT_CHARSET))
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What playing one parsed response did.
+
+    Attributes:
+        reward: The turn's reward, before the format penalty.
+        terminated: Whether the episode ended (goal reached, purchase made, answer given).
+        valid: Whether the response was a valid turn; an invalid one also earns
+            ``format_penalty``.
+        error: Why the turn is invalid (``info["parse_error"]``); None when valid.
+        actions: What was played, for ``info["actions"]``.
+        steps: Env steps the turn counts for ``max_steps`` (an invalid turn counts one).
+        truncated: The env cut the episode short itself (a tool budget used
+            up); ``max_steps`` truncation is the base class's.
+        info: Info of this turn only (e.g. ``tool_results``), added to ``step``'s info.
+    """
+
+    reward: float
+    terminated: bool
+    valid: bool = True
+    error: str | None = None
+    actions: tuple[str, ...] = ()
+    steps: int = 1
+    truncated: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def invalid(cls, error: str | None, reward: float = 0.0) -> TurnResult:
+        """A turn that changed nothing: one step, ``reward`` before the format penalty."""
+        return cls(reward=reward, terminated=False, valid=False, error=error)
 
 
 class TextEnv(gymnasium.Env[str, str], ABC):
@@ -77,11 +119,13 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         max_steps: int = 100,
         render_mode: str | None = None,
     ) -> None:
-        if not self.action_names and type(self)._parse is TextEnv._parse:
+        cls = type(self)
+        if not self.action_names and cls._parse is TextEnv._parse:
             raise TypeError(
-                f"{type(self).__name__} must define the class attribute action_names "
-                "or override _parse"
+                f"{cls.__name__} must define the class attribute action_names or override _parse"
             )
+        if cls._play is TextEnv._play and cls._apply is TextEnv._apply:
+            raise TypeError(f"{cls.__name__} must implement _apply (one action) or override _play")
         if response_format not in RESPONSE_FORMATS:
             raise ValueError(
                 f"response_format={response_format!r} is not supported; "
@@ -162,29 +206,22 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         """
         if self._done:
             raise RuntimeError("step() called on a finished episode; call reset() first")
-        parsed = self._parse(action)
-        info: dict[str, Any] = {"parse_error": parsed.error}
-        terminated = truncated = False
-        played: list[str] = []
-        if parsed.is_valid:
-            reward = 0.0
-            for name in parsed.actions:
-                self.num_steps += 1
-                step_reward, terminated = self._apply(name)
-                reward += step_reward
-                played.append(name)
-                truncated = not terminated and self.num_steps >= self.max_steps
-                if terminated or truncated:
-                    break
-        else:
-            self.num_steps += 1
-            reward = self._invalid_turn() + self.format_penalty
-            truncated = self.num_steps >= self.max_steps
-        self._done = terminated or truncated
+        steps_before = self.num_steps
+        turn = self._play(self._parse(action))
+        # The default _play counts steps as it goes (so _apply sees the count);
+        # whatever a _play did to num_steps, the turn's steps are what count.
+        self.num_steps = steps_before + turn.steps
+        reward = turn.reward + (0.0 if turn.valid else self.format_penalty)
+        truncated = not turn.terminated and (turn.truncated or self.num_steps >= self.max_steps)
+        self._done = turn.terminated or truncated
+        info: dict[str, Any] = {"parse_error": turn.error, **turn.info}
         info.update(
-            self._info(), action_is_valid=parsed.is_valid, actions=played, success=self._success()
+            self._info(),
+            action_is_valid=turn.valid,
+            actions=list(turn.actions),
+            success=self._success(),
         )
-        return self._observation(), float(reward), terminated, truncated, info
+        return self._observation(), float(reward), turn.terminated, truncated, info
 
     def render(self) -> Any:
         """Render the current state: text for ``"ansi"``, an RGB array for ``"rgb_array"``."""
@@ -216,13 +253,42 @@ class TextEnv(gymnasium.Env[str, str], ABC):
             max_actions=self.max_actions_per_turn,
         )
 
+    def _play(self, parsed: ParsedResponse) -> TurnResult:
+        """Play a parsed response.
+
+        The default plays the actions one by one through :meth:`_apply`,
+        stopping when the episode ends or ``max_steps`` is reached; a response
+        that did not parse is a no-op earning :meth:`_invalid_turn`. Override
+        it (instead of :meth:`_apply`) when a turn is more than that.
+
+        Args:
+            parsed: What :meth:`_parse` made of the model's text.
+
+        Returns:
+            What the turn did.
+        """
+        if not parsed.is_valid:
+            return TurnResult.invalid(parsed.error, reward=self._invalid_turn())
+        reward, terminated, played = 0.0, False, []
+        for name in parsed.actions:
+            self.num_steps += 1
+            step_reward, terminated = self._apply(name)
+            reward += step_reward
+            played.append(name)
+            if terminated or self.num_steps >= self.max_steps:
+                break
+        return TurnResult(reward, terminated, actions=tuple(played), steps=max(len(played), 1))
+
     @abstractmethod
     def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
         """Set up a new episode from ``self.np_random``; return episode info for ``reset``."""
 
-    @abstractmethod
     def _apply(self, action: str) -> tuple[float, bool]:
-        """Play one canonical action; return ``(reward, terminated)``."""
+        """Play one canonical action; return ``(reward, terminated)``.
+
+        Required unless :meth:`_play` is overridden (checked in ``__init__``).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement _apply")
 
     @abstractmethod
     def _observation(self) -> str:

@@ -31,6 +31,10 @@ class WebShopDataError(ValueError):
     """WebShop data files are missing or not in WebShop's schema."""
 
 
+class WebShopConfigError(ValueError):
+    """A WebShop env option has a value that cannot work."""
+
+
 @dataclass(frozen=True, slots=True)
 class Review:
     """One product review (``reviews.json``)."""

@@ -14,7 +14,7 @@ from agentgym.envs.parsing import (
     parse_response,
 )
 from agentgym.envs.scripted import format_response
-from agentgym.envs.text_env import MAX_TEXT_LENGTH, TextEnv
+from agentgym.envs.text_env import MAX_TEXT_LENGTH, TextEnv, TurnResult
 from agentgym.envs.webshop.goals import Goal, WebShopConfigError
 from agentgym.envs.webshop.render import OBSERVATION_MODES, RENDERERS, layout
 from agentgym.envs.webshop.shop import (
@@ -116,7 +116,6 @@ class WebShopEnv(TextEnv):
         )
         self.state = PageState()
         self.goal: Goal | None = None
-        self._pending: list[Transition] = []
         self._searches: list[str] = []
 
     # -- public API -------------------------------------------------------------
@@ -163,27 +162,45 @@ class WebShopEnv(TextEnv):
         )
 
     def _parse(self, text: str) -> ParsedResponse:
-        self._pending = []
-        parsed = parse_response(
+        return parse_response(
             text,
             _answer_candidates(text),
             response_format=self.response_format,
             max_actions=self.max_actions_per_turn,
         )
+
+    def _play(self, parsed: ParsedResponse) -> TurnResult:
+        """Check the whole turn on the page graph, then play it; an unavailable action voids it."""
         if not parsed.is_valid:
-            return parsed
-        state = self.state
-        pending: list[Transition] = []
-        for action in parsed.actions:
+            return TurnResult.invalid(parsed.error)
+        transitions = self._plan(parsed.actions)
+        if isinstance(transitions, str):
+            return TurnResult.invalid(transitions)
+        reward, terminated, played = 0.0, False, []
+        for action, transition in zip(parsed.actions, transitions, strict=False):
+            if self.state.kind == "search":
+                self._searches.append(transition.state.keywords or "")
+            self.state = transition.state
+            reward += transition.reward
+            terminated = transition.done
+            played.append(action)
+            if terminated or self.num_steps + len(played) >= self.max_steps:
+                break
+        return TurnResult(reward, terminated, actions=tuple(played), steps=len(played))
+
+    def _plan(self, actions: tuple[str, ...]) -> list[Transition] | str:
+        """The transitions of ``actions`` from the current page (pure), up to the one that
+        ends the episode; or why one of them is not available."""
+        state, transitions = self.state, []
+        for action in actions:
             outcome = self.shop.transition(state, action, self._goal)
             if isinstance(outcome, str):
-                return ParsedResponse(actions=(), is_valid=False, error=outcome, think=parsed.think)
-            pending.append(outcome)
+                return outcome
+            transitions.append(outcome)
             state = outcome.state
             if outcome.done:
                 break
-        self._pending = pending
-        return parsed
+        return transitions
 
     def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
         if "goal_index" in options:
@@ -197,16 +214,8 @@ class WebShopEnv(TextEnv):
             index = int(self.np_random.integers(len(self.goal_positions)))
         self.goal = self.world.goals[self.goal_positions[index]]
         self.state = PageState()
-        self._pending = []
         self._searches = []
         return {"goal": self.goal.to_info(), "goal_index": index}
-
-    def _apply(self, action: str) -> tuple[float, bool]:
-        transition = self._pending.pop(0)
-        if self.state.kind == "search":
-            self._searches.append(transition.state.keywords or "")
-        self.state = transition.state
-        return transition.reward, transition.done
 
     def _info(self) -> dict[str, Any]:
         purchase = self.state.purchase

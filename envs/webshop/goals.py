@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from agentgym.envs.webshop.catalog import Catalog, Product
+from agentgym.envs.webshop.catalog import Catalog, Product, WebShopConfigError
 from agentgym.envs.webshop.reward import GoalSpec
 
 NO_PRICE_BOUND = 1_000_000.0
@@ -37,10 +37,6 @@ SPLITS: dict[str, tuple[int, int | None]] = {
 """Split name -> goal positions ``[start, stop)``; None is the end."""
 
 GOAL_SOURCES = ("synthetic", "human")
-
-
-class WebShopConfigError(ValueError):
-    """A WebShop env option has a value that cannot work."""
 
 
 @dataclass(frozen=True)

@@ -32,14 +32,14 @@ from dataclasses import dataclass
 
 from thefuzz import fuzz  # type: ignore[import-untyped]  # no stubs; mypy config is shared
 
-from agentgym.envs.webshop.catalog import Product
+from agentgym.envs.webshop.catalog import Product, WebShopConfigError
 from agentgym.envs.webshop.normalize import normalize_color
 
 FUZZY_THRESHOLD = 85
 """Matches need ``token_set_ratio`` strictly above this."""
 
 
-class UnknownOptionScoringError(ValueError):
+class UnknownOptionScoringError(WebShopConfigError):
     """``option_scoring`` names no entry of :data:`OPTION_SCORINGS`."""
 
 

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import pytest
 
 from agentgym.envs.parsing import ParsedResponse
-from agentgym.envs.text_env import TextEnv
+from agentgym.envs.text_env import TextEnv, TurnResult
 
 
 class CounterEnv(TextEnv):
@@ -110,3 +110,59 @@ def test_a_custom_parser_replaces_the_vocabulary() -> None:
     _, _, terminated, _, info = env.step("<answer>set[4]</answer>")
     assert info["action_is_valid"] and info["actions"] == ["4"] and terminated
     assert env.tools == []
+
+
+def test_max_steps_stops_a_multi_action_turn_midway() -> None:
+    env = CounterEnv(max_actions_per_turn=5, max_steps=2)
+    env.reset(seed=0)
+    _, reward, terminated, truncated, info = env.step("<answer>Dec||Dec||Dec</answer>")
+    assert info["actions"] == ["Dec", "Dec"] and env.value == -2
+    assert (terminated, truncated, reward, env.num_steps) == (False, True, 0.0, 2)
+
+
+class DiceEnv(TextEnv):
+    """Say a number; a turn that says 6 takes two steps and ends the episode early."""
+
+    def _parse(self, text: str) -> ParsedResponse:
+        ok = text.strip().isdigit()
+        return ParsedResponse((text.strip(),) if ok else (), ok, None if ok else "not a number")
+
+    def _play(self, parsed: ParsedResponse) -> TurnResult:
+        if not parsed.is_valid:
+            return TurnResult.invalid(parsed.error, reward=-1.0)
+        said = int(parsed.actions[0])
+        self.total += said
+        return TurnResult(
+            float(said), False, actions=parsed.actions, steps=2 if said == 6 else 1,
+            truncated=said == 6, info={"total": self.total},
+        )  # fmt: skip
+
+    def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
+        self.total = 0
+        return {}
+
+    def _observation(self) -> str:
+        return str(self.total)
+
+    def _success(self) -> bool:
+        return self.total >= 10
+
+
+def test_a_play_hook_replaces_apply_and_the_base_does_the_bookkeeping() -> None:
+    env = DiceEnv(format_penalty=-0.5, max_steps=5)
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step("five")
+    assert (reward, info["action_is_valid"], info["parse_error"]) == (-1.5, False, "not a number")
+    assert env.num_steps == 1
+    observation, reward, terminated, truncated, info = env.step("6")
+    assert (observation, reward, terminated, truncated) == ("6", 6.0, False, True)
+    assert info["total"] == 6 and info["actions"] == ["6"] and env.num_steps == 3
+    assert info["action_is_valid"] and info["parse_error"] is None and not info["success"]
+
+
+def test_an_env_without_apply_or_play_is_refused() -> None:
+    class Silent(CounterEnv):
+        _apply = TextEnv._apply
+
+    with pytest.raises(TypeError, match="Silent must implement _apply"):
+        Silent()

@@ -55,8 +55,8 @@ def test_the_math_oracle_answers_with_what_the_sandbox_printed() -> None:
     env = MathToolEnv()
     env.reset(seed=3)
     env.step(env.oracle_response())
-    assert env.problem is not None and env.problem.is_correct(env.last_results[0])
-    assert env.oracle_response() == f"<answer>{env.last_results[0].strip()}</answer>"
+    assert env.problem is not None and env.problem.is_correct(env.toolbox.last_results[0])
+    assert env.oracle_response() == f"<answer>{env.toolbox.last_results[0].strip()}</answer>"
 
 
 def test_search_plans_retrieve_the_answer() -> None:
@@ -256,3 +256,9 @@ def test_bad_configuration_raises() -> None:
         SQLEnv(questions=["top_customers"])
     with pytest.raises(ValueError, match="max_calls_per_turn must be >= 1"):
         SQLEnv(max_calls_per_turn=0)
+
+
+@pytest.mark.parametrize("env_class", [MathToolEnv, SQLEnv, SearchQAEnv])
+def test_tool_envs_are_plain_text_envs_with_a_toolbox(env_class: type) -> None:
+    assert env_class.__bases__ == (TextEnv,)  # one level below TextEnv, no tool base class
+    assert "step" not in vars(env_class)  # TextEnv.step plays their turns through _play

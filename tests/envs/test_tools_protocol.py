@@ -146,7 +146,7 @@ def test_malformed_json_gets_an_error_result_and_the_format_penalty(env: SearchQ
     assert reward == -0.5
     assert not (terminated or truncated)
     assert "malformed JSON" in obs
-    assert env.num_tool_calls == 0  # a call that never ran costs no budget
+    assert env.toolbox.num_tool_calls == 0  # a call that never ran costs no budget
 
 
 def test_unknown_tool_suggests_the_close_match(env: SearchQAEnv) -> None:

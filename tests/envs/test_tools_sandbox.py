@@ -156,7 +156,7 @@ def test_100_mb_of_output_is_cut_and_killed(env: MathToolEnv) -> None:
     code = "import sys\nfor _ in range(100):\n    sys.stdout.write('x' * 1_000_000)\n"
     result, info, elapsed = run(env, code)
     assert_error(result, info, "output exceeded 4096 bytes")
-    assert len(result) < env.max_result_chars + 200
+    assert len(result) < env.toolbox.max_result_chars + 200
     assert elapsed < KILL_BOUND
 
 

@@ -6,10 +6,12 @@ import difflib
 from collections.abc import Sequence
 from typing import Any
 
-from agentgym.envs.tools.env import ToolEnv
+from agentgym.envs.parsing import ParsedResponse
+from agentgym.envs.text_env import TextEnv, TurnResult
 from agentgym.envs.tools.math_tool.problems import GENERATORS, Problem
 from agentgym.envs.tools.protocol import format_call
 from agentgym.envs.tools.sandbox import PythonSandbox, SandboxLimits
+from agentgym.envs.tools.toolbox import MAX_CALLS_PER_TURN, MAX_RESULT_CHARS, ToolBox
 from agentgym.envs.tools.tools import Tool, ToolError
 
 PYTHON_PARAMETERS = {
@@ -42,7 +44,10 @@ def python_tool(sandbox: PythonSandbox) -> Tool:
     return Tool("python", description, PYTHON_PARAMETERS, run, concurrent=True)
 
 
-class MathToolEnv(ToolEnv):
+ANSWER_FORMAT = "the final number only, e.g. <answer>42</answer> or <answer>12.50</answer>."
+
+
+class MathToolEnv(TextEnv):
     """MathTool: solve a math problem; a sandboxed ``python`` tool runs your code.
 
     Problems are generated per seed (see
@@ -55,6 +60,8 @@ class MathToolEnv(ToolEnv):
             :data:`~agentgym.envs.tools.math_tool.problems.GENERATORS`); default all.
         max_turns: Responses per episode.
         max_tool_calls: Tool calls per episode.
+        max_calls_per_turn: Tool calls one response may make.
+        max_result_chars: Longest tool result (longer ones are cut in the middle).
         cpu_seconds: CPU limit of one program.
         wall_seconds: Wall-clock limit of one program.
         memory_mb: Address-space limit of one program, in MiB.
@@ -63,7 +70,8 @@ class MathToolEnv(ToolEnv):
         allow_no_network_isolation: Run programs without namespaces where the
             machine has none, instead of refusing to start.
         site_packages: Let programs import installed packages (numpy, sympy, ...).
-        **kwargs: :class:`ToolEnv` and :class:`TextEnv` options.
+        **kwargs: :class:`TextEnv` options (``response_format``, ``format_penalty``,
+            ``render_mode``).
 
     Raises:
         ValueError: If a problem kind is unknown.
@@ -77,6 +85,8 @@ class MathToolEnv(ToolEnv):
         problems: Sequence[str] | None = None,
         max_turns: int = 4,
         max_tool_calls: int = 6,
+        max_calls_per_turn: int = MAX_CALLS_PER_TURN,
+        max_result_chars: int = MAX_RESULT_CHARS,
         cpu_seconds: int = 5,
         wall_seconds: float = 10.0,
         memory_mb: int = 512,
@@ -86,7 +96,7 @@ class MathToolEnv(ToolEnv):
         site_packages: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(max_turns=max_turns, max_tool_calls=max_tool_calls, **kwargs)
+        super().__init__(max_steps=max_turns, **kwargs)
         kinds = list(problems) if problems is not None else list(GENERATORS)
         for kind in kinds:
             if kind not in GENERATORS:
@@ -110,7 +120,12 @@ class MathToolEnv(ToolEnv):
             allow_no_network_isolation=allow_no_network_isolation,
             site_packages=site_packages,
         )
-        self._tools = {"python": python_tool(self.sandbox)}
+        self.toolbox = ToolBox(
+            [python_tool(self.sandbox)],
+            max_tool_calls=max_tool_calls,
+            max_calls_per_turn=max_calls_per_turn,
+            max_result_chars=max_result_chars,
+        )
         self.problem: Problem | None = None
 
     @property
@@ -121,15 +136,42 @@ class MathToolEnv(ToolEnv):
             "the values you need."
         )
 
-    @property
-    def _answer_format(self) -> str:
-        return "the final number only, e.g. <answer>42</answer> or <answer>12.50</answer>."
-
-    def _new_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
         kind = self.problem_kinds[int(self.np_random.integers(len(self.problem_kinds)))]
         self.problem = GENERATORS[kind](self.np_random)
         info = {"problem_kind": kind, "sandbox_isolation": self.sandbox.isolation}
-        return self.problem.question, info
+        return {**info, **self.toolbox.reset(self.problem.question)}
+
+    # -- tool turns: the ToolBox parses and plays them --------------------------
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """The env's tools as OpenAI function schemas."""
+        return self.toolbox.schemas
+
+    @property
+    def instructions(self) -> str:
+        """The rules, how to call tools and how to answer, for a system prompt."""
+        return self.toolbox.instructions(self._rules, ANSWER_FORMAT, think=self._think)
+
+    @property
+    def _think(self) -> bool:
+        return self.response_format == "think_answer"
+
+    def _parse(self, text: str) -> ParsedResponse:
+        return self.toolbox.parse(text, require_think=self._think)
+
+    def _play(self, parsed: ParsedResponse) -> TurnResult:
+        return self.toolbox.play(parsed, self._score)
+
+    def _observation(self) -> str:
+        return self.toolbox.observation
+
+    def _success(self) -> bool:
+        return self.toolbox.solved
+
+    def _info(self) -> dict[str, Any]:
+        return self.toolbox.info()
 
     def _score(self, answer: str) -> tuple[float, bool]:
         correct = self.problem is not None and self.problem.is_correct(answer)
@@ -144,7 +186,7 @@ class MathToolEnv(ToolEnv):
             if self.response_format == "think_answer"
             else ""
         )
-        if not self.last_results:
+        if not self.toolbox.last_results:
             return think + format_call("python", {"code": self.problem.code})
-        printed = self.last_results[-1].strip().splitlines()
+        printed = self.toolbox.last_results[-1].strip().splitlines()
         return f"{think}<answer>{printed[-1] if printed else ''}</answer>"

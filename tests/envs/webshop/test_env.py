@@ -140,6 +140,22 @@ def test_several_actions_in_one_turn_are_checked_before_any_is_played(make_env: 
     assert reward == info["score"] == info["reward_breakdown"]["score"]
 
 
+def test_parsing_leaves_no_state_for_the_play(make_env: MakeEnv) -> None:
+    """A parsed turn is played from the page the env is on, whenever it was parsed."""
+    env = make_env(split="eval")
+    env.reset(options={"goal_index": 0})
+    parsed = env._parse(answer("click[back to search]"))  # parsed on the search page...
+    assert parsed.is_valid and env.state.kind == "search"  # ...where it is not available
+    env.step(answer("search[shirt]"))
+    turn = env._play(parsed)  # on the results page it is
+    assert turn.valid and env.state.kind == "search"
+
+
+def test_strict_option_scoring_is_an_option(make_env: MakeEnv) -> None:
+    assert make_env().shop.option_scoring == "webshop"
+    assert make_env(option_scoring="strict").shop.option_scoring == "strict"
+
+
 def test_think_answer_format(make_env: MakeEnv) -> None:
     env = make_env(response_format="think_answer")
     env.reset(seed=3)
@@ -264,6 +280,7 @@ def test_registered_under_both_names() -> None:
         ({"observation_mode": "url"}, "valid options"),
         ({"num_products": 0}, "num_products must be >= 1"),
         ({"num_products": 5, "split": "eval"}, "is empty"),
+        ({"option_scoring": "webshp"}, "Did you mean 'webshop'"),
     ],
 )
 def test_bad_config_raises(make_env: MakeEnv, kwargs: dict, message: str) -> None:
