@@ -161,6 +161,14 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
     )
 
 
+def default_grpo_config(**overrides: Any) -> GRPOConfig:
+    """The recipe's settings at the schema's defaults (those of ``python -m
+    agentgym.train``), with ``overrides``: what a Python user starts from."""
+    from dataclasses import replace
+
+    return replace(grpo_config(TrainConfig()), **overrides)
+
+
 def apply_system_envs(config: TrainConfig) -> None:
     """Set ``system_envs`` in this process's environment (its workers inherit them)."""
     os.environ.update({key: str(value) for key, value in config.system_envs.items()})

@@ -7,20 +7,15 @@ from typing import cast
 
 import torch
 
+from agentgym.builders import default_grpo_config
 from agentgym.trainers.grpo import GRPOConfig, TrainParts, prepare_batch
 from agentgym.trajectory import RolloutBatch, Trajectory, Turn
 
 
 def config(old_logprobs: str) -> GRPOConfig:
-    return GRPOConfig(
-        max_steps=1, save_steps=1, logging_steps=1, eval_steps=0, ppo_epochs=1,
-        micro_batch_size=2, gradient_accumulation_steps=1, adv_estimator="grpo", gamma=1.0,
-        whiten_advantages=False, reward_clip=None, advantage_clip=None, grouping="state",
-        normalization="mean_std", drop_zero_variance_groups=False, clip_ratio_low=0.2,
-        clip_ratio_high=0.2, dual_clip_ratio_c=None, loss_agg_mode="token-mean",
-        use_kl_loss=False, kl_loss_coef=0.0, kl_penalty="kl", add_token_level_kl=False,
-        init_kl_coef=0.0, entropy_loss_coef=0.0, tis_cap=None, val_renders=0, seed=0,
-        old_logprobs=old_logprobs,
+    return default_grpo_config(
+        micro_batch_size=2, gradient_accumulation_steps=1, drop_zero_variance_groups=False,
+        step_advantage_weight=0.0, step_score="turn", old_logprobs=old_logprobs,
     )  # fmt: skip
 
 
@@ -30,7 +25,7 @@ class RecordingStrategy:
     def __init__(self) -> None:
         self.calls = 0
 
-    def logprobs(self, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
+    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         self.calls += 1
         return torch.full(batch.input_ids.shape, -0.5)
 
