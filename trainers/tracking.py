@@ -25,23 +25,18 @@ from typing import IO, Any, Protocol, runtime_checkable
 
 from tqdm import tqdm  # type: ignore[import-untyped]
 
+from agentgym.console import STEP_TIME, StepTimer, format_line, is_validation
+
 logger = logging.getLogger(__name__)
 
 TRACKERS = ("stdout", "tensorboard", "wandb")
 """Tracker names accepted by :func:`make_tracker`."""
 
-STDOUT_METRICS: tuple[tuple[str, str], ...] = (
-    ("train/all/score", "score {:.4g}"),
-    ("train/all/success", "success {:.3g}"),
-    ("val/all/success", "val_success {:.3g}"),
-    ("actor/pg_loss", "loss {:.4g}"),
-    ("actor/kl", "kl {:.3g}"),
-    ("time/step", "{:.3g} s/step"),
-)
-"""The metrics on the stdout line, in order: (key, format). Others are only counted."""
-
 METRICS_FILE = "metrics.jsonl"
 """Name of the JSON-lines file (in ``logging_dir``) that the stdout tracker writes."""
+
+CONSOLE_LOG_FILE = "train.log"
+"""Name of the file (in the run's output folder) that repeats the console's lines."""
 
 
 @runtime_checkable
@@ -60,32 +55,19 @@ class Tracker(Protocol):
         ...
 
 
-def format_line(metrics: Mapping[str, float], step: int) -> str:
-    """The compact stdout summary of one step.
-
-    Args:
-        metrics: Flat scalar metrics.
-        step: The training step.
-
-    Returns:
-        A line like ``step 12 | score 3.2 | success 0.41 | loss -0.012 | 2.8 s/step | +20 more``:
-        the :data:`STDOUT_METRICS` that are present, then how many others there are.
-    """
-    parts = [f"step {step}"]
-    for key, template in STDOUT_METRICS:
-        if key in metrics:
-            parts.append(template.format(_as_float(key, metrics[key])))
-    shown = sum(key in metrics for key, _ in STDOUT_METRICS)
-    if len(metrics) > shown:
-        parts.append(f"+{len(metrics) - shown} more")
-    return " | ".join(parts)
-
-
 class StdoutTracker:
-    """One summary line per step on stdout; every metric in a JSON-lines file.
+    """One line per logged step on stdout (and in a console log); every metric
+    in a JSON-lines file.
 
-    Each line of the file is ``{"step": N, "<metric>": value, ...}``, written
-    and flushed at every :meth:`log`. A fresh run starts the file anew; a
+    The line (:func:`agentgym.console.format_line`) has the figures that
+    matter and, given ``total_steps``, ``12/60`` and an ETA from the mean wall
+    time per step so far (:class:`agentgym.console.StepTimer`); a validation
+    record gets a validation line. Each line is flushed at once, so that a
+    pipe (``| tee``) or a file shows it as soon as it is printed, and appended
+    to ``console_log`` as well.
+
+    Each line of the metrics file is ``{"step": N, "<metric>": value, ...}``,
+    written and flushed at every :meth:`log`. A fresh run starts the file anew; a
     resumed run appends, after dropping a torn last line and, when
     ``resume_step`` is given, the lines past it (logged after the last
     checkpoint by the run that was interrupted).
@@ -94,7 +76,12 @@ class StdoutTracker:
         metrics_file: The JSON-lines file, or ``None`` for none.
         resume: Append to an existing file instead of starting anew.
         resume_step: The step the run resumes from.
-        stream: Where the summary lines go (default: ``sys.stdout``).
+        stream: Where the lines go (default: ``sys.stdout``).
+        total_steps: The run's last step (for ``12/60`` and the ETA); None: neither.
+        console_log: A text file the lines are appended to (such as the run's
+            ``train.log``), or None.
+        timer: The ETA's clock (a :class:`~agentgym.console.StepTimer` with a fake
+            clock in tests).
     """
 
     def __init__(
@@ -104,22 +91,40 @@ class StdoutTracker:
         resume: bool = False,
         resume_step: int | None = None,
         stream: IO[str] | None = None,
+        total_steps: int | None = None,
+        console_log: str | Path | None = None,
+        timer: StepTimer | None = None,
     ) -> None:
         self.run_id: str | None = None
+        self.total_steps = total_steps
         self._stream = stream
+        self._timer = timer or StepTimer()
         self._file: IO[str] | None = None
+        self._console_log = Path(console_log) if console_log is not None else None
         if metrics_file is not None:
             path = Path(metrics_file)
             path.parent.mkdir(parents=True, exist_ok=True)
             if resume:
                 _trim_metrics_file(path, resume_step)
             self._file = path.open("a" if resume else "w", encoding="utf-8")
+        if self._console_log is not None:
+            self._console_log.parent.mkdir(parents=True, exist_ok=True)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
-        """Print the summary line and append the JSON line."""
+        """Print the line and append the JSON line."""
         values = {key: _as_float(key, value) for key, value in metrics.items()}
+        seconds_left = None
+        if self.total_steps is not None and not is_validation(values):
+            seconds_left = self._timer.seconds_left(step, self.total_steps, values.get(STEP_TIME))
+        line = format_line(values, step, self.total_steps, seconds_left)
+        stream = self._stream or sys.stdout
         # tqdm.write keeps progress bars intact below the line.
-        tqdm.write(format_line(values, step), file=self._stream or sys.stdout)
+        tqdm.write(line, file=stream)
+        stream.flush()
+        if self._console_log is not None:
+            # opened per line and appended to: Hydra's log handler writes the same train.log
+            with self._console_log.open("a", encoding="utf-8") as file:
+                file.write(line + "\n")
         if self._file is not None:
             record = {"step": step, **values}
             record["step"] = step  # the training step wins over a metric named "step"
@@ -288,10 +293,13 @@ def make_tracker(
     tracker_kwargs: Mapping[str, Any] | None = None,
     run_id: str | None = None,
     resume_step: int | None = None,
+    total_steps: int | None = None,
+    console_log: str | Path | None = None,
 ) -> CompositeTracker:
     """Build the trackers named in ``kinds`` as one.
 
-    ``stdout`` prints :func:`format_line` per step and writes every metric to
+    ``stdout`` prints :func:`~agentgym.console.format_line` per step (also
+    appended to ``console_log``) and writes every metric to
     ``logging_dir/metrics.jsonl``; ``tensorboard`` writes event files to
     ``logging_dir/tensorboard/<run_id>``; ``wandb`` starts a run under
     ``logging_dir/wandb`` (offline without an API key, see :class:`WandbTracker`).
@@ -315,6 +323,10 @@ def make_tracker(
             interrupted run logged after it are dropped from ``metrics.jsonl``
             and hidden in TensorBoard, so resumed logs read like one run
             (wandb cannot rewind a run: there they stay).
+        total_steps: The run's last step: the stdout line shows ``step 12/60``
+            and an ETA. None: the step alone.
+        console_log: A file the stdout lines are appended to, such as the
+            run's ``train.log`` (:data:`CONSOLE_LOG_FILE`); None: none.
 
     Returns:
         A :class:`CompositeTracker`; its ``run_id`` is the wandb run id when
@@ -354,7 +366,11 @@ def make_tracker(
             )
         if "stdout" in names:
             built["stdout"] = StdoutTracker(
-                logging_dir / METRICS_FILE, resume=resume, resume_step=resume_step
+                logging_dir / METRICS_FILE,
+                resume=resume,
+                resume_step=resume_step,
+                total_steps=total_steps,
+                console_log=console_log,
             )
     except BaseException:
         for tracker in built.values():

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from agentgym.console import StepTimer, format_duration
 from agentgym.trainers.tracking import (
+    CONSOLE_LOG_FILE,
     METRICS_FILE,
     TRACKERS,
     CompositeTracker,
@@ -47,15 +49,122 @@ def wait_for_bytes(path: Path, needle: bytes, timeout: float = 10.0) -> bytes:
     return data
 
 
-def test_format_line_shows_the_key_metrics_and_counts_the_rest():
+def test_the_step_line_shows_the_figures_that_matter():
     assert format_line(STEP_12, 12) == (
-        "step 12 | score 3.2 | success 0.41 | loss -0.012 | kl 0.001 | 2.8 s/step | +2 more"
+        "step 12 | success 41.0% | score 3.20 | loss -0.012 | kl 0.001 | grad 0.5 | 2.8 s/step"
     )
-    assert format_line({"val/all/success": 0.5, "time/step": 12.345}, 3) == (
-        "step 3 | val_success 0.5 | 12.3 s/step"
+    assert format_line(STEP_12, 12, total_steps=60, seconds_left=134) == (
+        "step 12/60 | success 41.0% | score 3.20 | loss -0.012 | kl 0.001 | grad 0.5"
+        " | 2.8 s/step | ETA 2m14s"
     )
-    assert format_line({"custom": 1.0}, 0) == "step 0 | +1 more"
+    # the step is padded to the width of the total: lines stay aligned
+    assert format_line({"time/step": 12.345}, 3, total_steps=100) == "step   3/100 | 12.3 s/step"
+    assert format_line({"train/success": 0.5, "train/score": 1, "actor/loss": 2}, 1) == (
+        "step 1 | success 50.0% | score 1.00 | loss 2"
+    )
+    assert format_line({"actor/entropy": 1.25, "actor/token_level_kl": 0.5}, 2) == (
+        "step 2 | kl 0.5 | entropy 1.25"
+    )
+    assert format_line({"custom": 1.0}, 0) == "step 0"
     assert format_line({}, 0) == "step 0"
+
+
+def test_the_validation_line_shows_success_and_score_per_tag():
+    one_tag = {
+        "val/sokoban/success": 0.4,
+        "val/sokoban/score": 3.2,
+        "val/sokoban/turns": 4.0,
+        "val/all/success": 0.4,
+        "val/all/score": 3.2,
+        "val/all/trajectories": 512.0,
+    }
+    assert format_line(one_tag, 15, total_steps=60, seconds_left=99) == (
+        "val  15/60 | sokoban success 40.0% score 3.20 | 512 episodes"
+    )
+    two_tags = {
+        "val/sokoban/success": 0.5,
+        "val/sokoban/score": 2.0,
+        "val/frozen_lake/success": 0.25,
+        "val/frozen_lake/score": -0.5,
+        "val/all/success": 0.375,
+        "val/all/score": 0.75,
+        "val/all/trajectories": 8.0,
+    }
+    assert format_line(two_tags, 4) == (
+        "val  4 | sokoban success 50.0% score 2.00 | frozen_lake success 25.0% score -0.50"
+        " | all success 37.5% score 0.75 | 8 episodes"
+    )
+    assert format_line({"val/success": 1.0}, 0) == "val  0 | all success 100.0%"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (59.4, "59s"), (60, "1m00s"), (3599, "59m59s"), (3600, "1h00m"), (7500, "2h05m")],
+)
+def test_durations_read_at_the_precision_a_person_needs(seconds, text):
+    assert format_duration(seconds) == text
+
+
+class FakeClock:
+    def __init__(self, *times: float) -> None:
+        self.times = list(times)
+
+    def __call__(self) -> float:
+        return self.times.pop(0)
+
+
+def test_the_eta_is_the_mean_wall_time_per_step_times_the_steps_left():
+    timer = StepTimer(clock=FakeClock(100.0, 103.0, 109.0))
+    # step 1 took 2 s by its own measure: 2 s × 9 steps left
+    assert timer.seconds_left(1, total_steps=10, step_seconds=2.0) == 18.0
+    # 3 s later (a validation ran too) step 2 ends: (2 + 3) / 2 steps = 2.5 s × 8 left
+    assert timer.seconds_left(2, total_steps=10, step_seconds=2.0) == 20.0
+    # logged every other step: (2 + 9) / 4 steps = 2.75 s × 6 left
+    assert timer.seconds_left(4, total_steps=10, step_seconds=2.0) == 16.5
+
+    untimed = StepTimer(clock=FakeClock(0.0, 8.0))
+    assert untimed.seconds_left(5, total_steps=10) is None  # nothing measured yet
+    assert untimed.seconds_left(7, total_steps=10) == 12.0  # 8 s / 2 steps × 3 left
+
+
+class FlushCounter(io.StringIO):
+    flushes = 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        super().flush()
+
+
+def test_stdout_tracker_prints_an_eta_line_per_step_and_repeats_it_in_the_console_log(tmp_path):
+    stream = FlushCounter()
+    console_log = tmp_path / "run" / "train.log"
+    console_log.parent.mkdir()
+    console_log.write_text("[hydra] a line already there\n")
+    tracker = StdoutTracker(
+        tmp_path / "logs" / METRICS_FILE,
+        stream=stream,
+        total_steps=4,
+        console_log=console_log,
+        timer=StepTimer(clock=FakeClock(10.0, 13.0)),
+    )
+    tracker.log({"train/all/success": 0.25, "time/step": 3.0}, step=1)
+    tracker.log({"val/all/success": 0.5, "val/all/score": 1.5}, step=1)
+    tracker.log({"train/all/success": 0.5, "time/step": 3.0}, step=2)
+    tracker.close()
+
+    lines = [
+        "step 1/4 | success 25.0% | 3 s/step | ETA 9s",
+        "val  1/4 | all success 50.0% score 1.50",
+        "step 2/4 | success 50.0% | 3 s/step | ETA 6s",
+    ]
+    assert stream.getvalue().splitlines() == lines
+    assert stream.flushes >= 3  # each line shows at once, in a pipe too
+    assert console_log.read_text().splitlines() == ["[hydra] a line already there", *lines]
+    assert read_jsonl(tmp_path / "logs" / METRICS_FILE)[1] == {
+        "step": 1,
+        "val/all/success": 0.5,
+        "val/all/score": 1.5,
+    }
 
 
 def test_stdout_tracker_prints_a_line_and_writes_every_metric_to_jsonl(tmp_path, capsys):
@@ -67,8 +176,23 @@ def test_stdout_tracker_prints_a_line_and_writes_every_metric_to_jsonl(tmp_path,
     tracker.close()
 
     out = capsys.readouterr().out.splitlines()
-    assert out == [format_line(STEP_12, 12), "step 13 | score 4"]
+    assert out == [format_line(STEP_12, 12), "step 13 | score 4.00"]
     assert lines == [{"step": 12, **STEP_12}, {"step": 13, "train/all/score": 4.0}]
+
+
+def test_make_tracker_passes_the_total_and_the_console_log_to_the_stdout_line(tmp_path, capsys):
+    tracker = make_tracker(
+        "stdout",
+        logging_dir=tmp_path / "logs",
+        exp_name="exp",
+        total_steps=60,
+        console_log=tmp_path / CONSOLE_LOG_FILE,
+    )
+    tracker.log({"train/all/score": 4, "time/step": 2.0}, step=1)
+    tracker.close()
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("step  1/60 | score 4.00 | 2 s/step | ETA ")
+    assert (tmp_path / CONSOLE_LOG_FILE).read_text() == line + "\n"
 
 
 def test_a_resumed_run_appends_and_a_new_run_starts_the_file_anew(tmp_path):
