@@ -495,9 +495,13 @@ def _loggers() -> list[logging.Logger]:
 
 
 def _take_console_handlers(ours: _Names, undo: ExitStack) -> None:
-    """Take the stdout/stderr handlers off the libraries' loggers; their records
-    then propagate to the root, where :func:`_route_root` sends them to the file."""
-    streams = {id(s) for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)}
+    """Take the stream handlers (not those of files) off the libraries' loggers;
+    their records then propagate to the root, where :func:`_route_root` sends
+    them to the file.
+
+    Any stream counts as the console, not only ``sys.stderr`` as it is now: a
+    library may have kept the stream that was ``sys.stderr`` when it was imported.
+    """
     for logger in _loggers():
         if ours(logger.name):
             continue
@@ -506,7 +510,7 @@ def _take_console_handlers(ours: _Names, undo: ExitStack) -> None:
             for handler in logger.handlers
             if isinstance(handler, logging.StreamHandler)
             and not isinstance(handler, logging.FileHandler)
-            and id(handler.stream) in streams
+            and handler.stream is not None  # torch's trace handler opens a file lazily
         ]
         for handler in taken:
             logger.removeHandler(handler)
