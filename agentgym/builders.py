@@ -24,7 +24,6 @@ from agentgym.trainers.strategies import Strategy, build_strategy
 from agentgym.trainers.tracking import make_tracker
 
 
-
 def model_path(config: TrainConfig) -> Path:
     """The policy's folder: ``pretrain`` (ROLL's key; ``model.path`` feeds it), or the
     tiny model built once from ``model.tiny`` and warm-started per ``model.warm_start``.
@@ -95,7 +94,9 @@ def backend_name(config: TrainConfig) -> str:
     return _resolve_backend(str(config.actor_infer.strategy_args.strategy_name))
 
 
-def generation_backend(config: TrainConfig, path: Path, *, dtype: str, device: str) -> GenerationBackend:
+def generation_backend(
+    config: TrainConfig, path: Path, *, dtype: str, device: str
+) -> GenerationBackend:
     """The generation backend for the policy at ``path``."""
     generation = config.generation
     per_request_seed = generation.per_request_seed
@@ -156,9 +157,11 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
         "loss_scale_factor": config.loss_scale_factor or config.sequence_length,
         "dual_clip_ratio_c": 3.0 if config.dual_clip_loss else config.dual_clip_ratio_c,
     }
-    return GRPOConfig(
-        **{f.name: derived.get(f.name, getattr(config, f.name, None)) for f in fields(GRPOConfig)}
-    )
+    values: dict[str, Any] = {
+        f.name: derived[f.name] if f.name in derived else getattr(config, f.name)
+        for f in fields(GRPOConfig)
+    }
+    return GRPOConfig(**values)
 
 
 def default_grpo_config(**overrides: Any) -> GRPOConfig:

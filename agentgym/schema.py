@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
@@ -219,7 +220,10 @@ class EnvManagerSection(Section):
         # ROLL also spells env_groups num_env_groups and n_groups num_groups_partition
         if isinstance(data, dict):
             data = dict(data)
-            for alias, key in (("num_env_groups", "env_groups"), ("num_groups_partition", "n_groups")):
+            for alias, key in (
+                ("num_env_groups", "env_groups"),
+                ("num_groups_partition", "n_groups"),
+            ):
                 if alias in data:
                     data[key] = data.pop(alias)
         return data
@@ -341,8 +345,8 @@ class TrainConfig(Section):
     # envs and roles
     train_env_manager: EnvManagerSection = EnvManagerSection()
     val_env_manager: EnvManagerSection = EnvManagerSection(env_groups=512, group_size=1)
-    actor_train: Role = Role()
-    actor_infer: Role = Role()
+    actor_train: Role = Role(strategy_args=StrategyArgs(strategy_name="torch"))
+    actor_infer: Role = Role(strategy_args=StrategyArgs(strategy_name="auto"))
     critic: Role = Role()
     reference: Role = Role()
     validation: Validation = Validation()
@@ -475,6 +479,11 @@ def _check_relations(config: TrainConfig) -> None:
             f"dual_clip_loss=true means dual-clip with c = 3 (ROLL), but "
             f"dual_clip_ratio_c={config.dual_clip_ratio_c}: set one of them"
         )
+    if config.pretrain and not (Path(config.pretrain).expanduser() / "config.json").is_file():
+        raise ConfigError(
+            f"pretrain={config.pretrain!r} is not a model folder (no config.json); "
+            "models are loaded from local folders, never downloaded"
+        )
     name = config.actor_train.strategy_args.strategy_name
     if name in UNSUPPORTED_STRATEGIES:
         raise ConfigError(
@@ -512,7 +521,9 @@ def _message(error: Mapping[str, Any]) -> str:
         options = _field_names(parent) if parent is not None else []
         hint = did_you_mean(loc[-1], options)
         return f"unknown key {key!r}.{hint}"
-    if error["type"] == "value_error" and isinstance(error.get("ctx", {}).get("error"), ConfigError):
+    if error["type"] == "value_error" and isinstance(
+        error.get("ctx", {}).get("error"), ConfigError
+    ):
         return str(error["ctx"]["error"])
     return f"{key}={error.get('input')!r}: {error['msg']}"
 

@@ -54,9 +54,14 @@ def check_overrides(arguments: Sequence[str]) -> list[str]:
     for argument in arguments:
         key, equals, value = argument.partition("=")
         bare = key.lstrip("+~")
-        if argument.startswith("-") or not equals or "@" in bare or bare.startswith("hydra"):
-            checked.append(argument)
-        elif bare in CONFIG_GROUPS or bare in known:
+        if (
+            argument.startswith("-")
+            or not equals
+            or "@" in bare
+            or bare.startswith("hydra")
+            or bare in CONFIG_GROUPS
+            or bare in known
+        ):
             checked.append(argument)
         elif any(bare.startswith(prefix + ".") for prefix in OPEN_MAPPINGS):
             checked.append(f"++{bare}={value}")

@@ -375,23 +375,23 @@ class PolicyLoss:
         )
 
     def __call__(
-        self, outputs: ModelOutputs, part: RolloutBatch
+        self, outputs: ModelOutputs, batch: RolloutBatch
     ) -> tuple[torch.Tensor, dict[str, Metric]]:
         """The micro-batch's loss share and metrics."""
         config = self.config
-        if part.old_logprobs is None or part.advantages is None:
+        if batch.old_logprobs is None or batch.advantages is None:
             raise ValueError("the batch needs old_logprobs and advantages (prepare_batch)")
-        mask = part.loss_mask.float()  # [b, t]
+        mask = batch.loss_mask.float()  # [b, t]
         loss, raw = policy_loss(
             outputs.logprobs,
-            part.old_logprobs,
-            part.advantages,
+            batch.old_logprobs,
+            batch.advantages,
             mask,
             clip_ratio_low=config.clip_ratio_low,
             clip_ratio_high=config.clip_ratio_high,
             dual_clip=config.dual_clip_ratio_c,
             loss_agg_mode=config.loss_agg_mode,
-            is_weights=part.is_weights,
+            is_weights=batch.is_weights,
             **self.counts,  # type: ignore[arg-type]
         )
         empty = not bool(mask.any())
@@ -401,11 +401,11 @@ class PolicyLoss:
             if not (empty and key in POLICY_LOSS_REDUCE)  # no ratio in an empty micro-batch
         }
         if config.use_kl_loss:
-            if part.ref_logprobs is None:
+            if batch.ref_logprobs is None:
                 raise ValueError("use_kl_loss needs the batch's ref_logprobs (prepare_batch)")
             kl = kl_penalty(
                 outputs.logprobs,
-                part.ref_logprobs,
+                batch.ref_logprobs,
                 config.kl_penalty,
                 logits=outputs.logits,
                 ref_logits=outputs.ref_logits,

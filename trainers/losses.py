@@ -180,8 +180,9 @@ def policy_loss(
         ``(loss, metrics)``: the 0-d loss and detached 0-d metrics over the
         masked tokens (token means; with ``num_tokens``, each is this
         micro-batch's share of the mini-batch's mean, so shares add up, except
-        ``ratio_min``/``ratio_max``; see :data:`POLICY_LOSS_REDUCE`): ``pg_loss``, ``clipfrac`` (tokens whose clipped term
-        won), ``clipfrac_low`` (``A < 0`` and ``r < 1 - low``), ``clipfrac_high``
+        ``ratio_min``/``ratio_max``; see :data:`POLICY_LOSS_REDUCE`):
+        ``pg_loss``, ``clipfrac`` (tokens whose clipped term won),
+        ``clipfrac_low`` (``A < 0`` and ``r < 1 - low``), ``clipfrac_high``
         (``A > 0`` and ``r > 1 + high``), ``approx_kl`` (mean of
         ``old_logprobs - logprobs``), ``ratio_mean``, ``ratio_min``,
         ``ratio_max``, and ``dual_clipfrac`` (with dual-clip) and
@@ -243,12 +244,8 @@ def policy_loss(
         metrics.update(
             pg_loss=loss.detach(),
             clipfrac=share((clipped > unclipped).float(), keep),
-            clipfrac_low=share(
-                ((advantages < 0) & (ratio < 1.0 - clip_ratio_low)).float(), keep
-            ),
-            clipfrac_high=share(
-                ((advantages > 0) & (ratio > 1.0 + clip_ratio_high)).float(), keep
-            ),
+            clipfrac_low=share(((advantages < 0) & (ratio < 1.0 - clip_ratio_low)).float(), keep),
+            clipfrac_high=share(((advantages > 0) & (ratio > 1.0 + clip_ratio_high)).float(), keep),
             approx_kl=share(-log_ratio, keep),
             ratio_mean=share(ratio, keep),
             ratio_min=torch.where(keep, ratio, big).amin() if keep.any() else ratio.new_ones(()),
@@ -260,9 +257,9 @@ def policy_loss(
 def _token_share(values: Tensor, keep: Tensor, num_tokens: Tensor | float | None) -> Tensor:
     """Masked token mean, or the share of one over ``num_tokens`` tokens when given."""
     count = keep.sum() if num_tokens is None else num_tokens
-    return torch.where(keep, values, torch.zeros_like(values)).sum() / torch.as_tensor(
-        count
-    ).clamp(min=1)
+    return torch.where(keep, values, torch.zeros_like(values)).sum() / torch.as_tensor(count).clamp(
+        min=1
+    )
 
 
 POLICY_LOSS_REDUCE = {"ratio_min": "min", "ratio_max": "max"}

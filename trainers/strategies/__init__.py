@@ -31,8 +31,8 @@ __all__ = [
     "MetricReducer",
     "ModelOutputs",
     "Strategy",
-    "build_strategy",
     "buckets",
+    "build_strategy",
     "micro_batches",
 ]
 

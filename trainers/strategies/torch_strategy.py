@@ -125,7 +125,9 @@ class TorchStrategy:
         from transformers import AutoModelForCausalLM
 
         extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype), **extra)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=getattr(torch, dtype), **extra
+        )
         return model.to(self.device)  # type: ignore[arg-type]
 
     def _to_device(self, batch: RolloutBatch) -> RolloutBatch:
@@ -147,7 +149,9 @@ class TorchStrategy:
         parts = []
         for part in micro_batches(batch, self.micro_batch_size):
             out = forward(model, self._to_device(part), temperature=self.temperature)
-            parts.append(torch.nn.functional.pad(out.logprobs.cpu(), (0, width - part.input_ids.shape[1])))
+            parts.append(
+                torch.nn.functional.pad(out.logprobs.cpu(), (0, width - part.input_ids.shape[1]))
+            )
         return torch.cat(parts)  # [B, T]
 
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
