@@ -10,16 +10,23 @@ Third-party packages add envs through the ``agentgym.envs`` entry-point
 group: the entry point's name is the short name and its value the
 ``"module:Class"``. They are discovered on import and again whenever a name
 is not found; a plugin that fails to load raises :class:`PluginError` naming
-it, never silently.
+it, never silently. Any other Gymnasium id (``"my_pkg/Coin-v0"``, or
+``"my_pkg.envs:Coin-v0"`` to import the registering module first) is made
+through Gymnasium's own registry.
+
+An id's version (``-v1``) changes whenever the env's rules change; the short
+name always points to the newest. :func:`env_versions` gives, for a run's
+records, each env's full id and its generator version.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.metadata
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,6 +202,8 @@ def spec(name_or_id: str) -> EnvSpec:
     if name_or_id in _PLUGIN_CONFLICTS:
         raise PluginError(_PLUGIN_CONFLICTS[name_or_id])
     if found is None:
+        found = _gymnasium_spec(name_or_id)
+    if found is None:
         candidates = sorted(_SPECS) + sorted(_BY_ID)
         close = difflib.get_close_matches(name_or_id, candidates, n=3, cutoff=0.6)
         if not close:
@@ -213,16 +222,34 @@ def _lookup(name_or_id: str) -> EnvSpec | None:
     return _SPECS.get(name)
 
 
+def _gymnasium_spec(env_id: str) -> EnvSpec | None:
+    """A Gymnasium id outside agentgym's namespace, as a spec; None if Gymnasium lacks it.
+
+    ``"module:Id"`` imports ``module`` first (where such envs register themselves).
+    """
+    module, _, bare_id = env_id.rpartition(":")
+    if bare_id.startswith(f"{NAMESPACE}/"):
+        return None  # agentgym's namespace is ours alone
+    if module:
+        importlib.import_module(module)
+    found = gymnasium.registry.get(bare_id)
+    if found is None:
+        return None
+    return EnvSpec(bare_id, found.id, found.entry_point or "", dict(found.kwargs))
+
+
 def make(name_or_id: str, **kwargs: Any) -> gymnasium.Env[str, str]:
     """Build an env by short name (``sokoban``) or Gymnasium id (``agentgym/Sokoban-v0``).
 
     Args:
-        name_or_id: A registered short name or id.
+        name_or_id: A registered short name or id, or any other Gymnasium id
+            (``"my_pkg.envs:Coin-v0"`` imports ``my_pkg.envs`` first).
         **kwargs: Constructor arguments, overriding the registered defaults.
 
     Returns:
         The env, wrapped as ``gymnasium.make`` wraps it; ``env.unwrapped`` is
-        the :class:`~agentgym.envs.text_env.TextEnv`.
+        the env class's instance (:func:`agentgym.envs.adapter.make_text_env`
+        gives a :class:`~agentgym.envs.text_env.TextEnv` for any text env).
 
     Raises:
         UnknownEnvError: If the name is not registered (with close matches).
@@ -248,16 +275,25 @@ def make(name_or_id: str, **kwargs: Any) -> gymnasium.Env[str, str]:
     return env
 
 
-def constructor_arguments(env_spec: EnvSpec) -> list[str]:
-    """Keyword arguments the env's constructor accepts, base classes included (sorted)."""
+def env_creator(env_spec: EnvSpec) -> Callable[..., gymnasium.Env[Any, Any]]:
+    """The class (or factory) behind a spec, imported now.
+
+    Raises:
+        PluginError: If the env comes from a plugin that fails to load.
+    """
     entry_point = env_spec.entry_point
     if isinstance(entry_point, _PluginEntryPoint):
-        creator: Any = entry_point.load()
-    elif isinstance(entry_point, str):
-        creator = load_env_creator(entry_point)
-    else:
-        creator = entry_point
-    targets = (
+        return entry_point.load()
+    if isinstance(entry_point, str):
+        creator: Any = load_env_creator(entry_point)
+        return creator
+    return entry_point
+
+
+def constructor_arguments(env_spec: EnvSpec) -> list[str]:
+    """Keyword arguments the env's constructor accepts, base classes included (sorted)."""
+    creator = env_creator(env_spec)
+    targets: list[Any] = (
         [vars(c).get("__init__") for c in creator.__mro__]
         if isinstance(creator, type)
         else [creator]
@@ -278,3 +314,29 @@ def list_envs() -> list[str]:
     """Short names of all registered envs, installed plugins included, sorted."""
     discover_plugins()
     return sorted(_SPECS)
+
+
+def env_versions(names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Each env's full Gymnasium id and generator version, for a run's records.
+
+    Args:
+        names: Short names or Gymnasium ids (a run's env tags).
+
+    Returns:
+        ``{name: {"id": "agentgym/WebShop-v1", "generator_version": 3, "plugin": None}}``;
+        ``generator_version`` is the env class's attribute of that name (None
+        where it has none), ``plugin`` the distribution of a plugin env.
+
+    Raises:
+        UnknownEnvError: If a name is not registered.
+    """
+    versions: dict[str, dict[str, Any]] = {}
+    for name in names:
+        found = spec(name)
+        creator = env_creator(found)
+        versions[name] = {
+            "id": found.id,
+            "generator_version": getattr(creator, "generator_version", None),
+            "plugin": found.plugin,
+        }
+    return versions

@@ -46,6 +46,9 @@ class FrozenLakeEnv(TextEnv):
             ``max_actions_per_turn``, ``format_penalty``, ``render_mode``).
     """
 
+    generator_version: ClassVar[int | None] = 1
+    """Raised whenever the same seed would give a different task."""
+
     action_names: ClassVar[tuple[str, ...]] = ACTIONS
     metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
 

@@ -27,6 +27,7 @@ _THINK_ANSWER = re.compile(
     re.DOTALL | re.IGNORECASE,
 )
 _TAG = re.compile(r"</?(?:think|answer)>", re.IGNORECASE)
+_FIRST_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,33 @@ def parse_response(
             return _invalid(f"unknown action {name!r}; valid actions: {list(vocabulary)}")
         actions.append(canonical)
     return ParsedResponse(actions=tuple(actions), is_valid=True, think=think)
+
+
+def parse_free_response(
+    text: str, *, response_format: str = "answer", max_actions: int = 1
+) -> ParsedResponse:
+    """Parse a response whose actions are free text (``search[red shoes]``), not a vocabulary.
+
+    The format is checked as by :func:`parse_response`; the actions are the
+    whitespace-normalized texts inside the ``<answer>`` block.
+
+    Args:
+        text: The raw model output.
+        response_format: One of :data:`RESPONSE_FORMATS`.
+        max_actions: The most actions allowed in one response.
+
+    Returns:
+        The parsed response; never raises on any ``text``.
+    """
+    match = _FIRST_ANSWER.search(text)
+    candidates = (
+        [" ".join(part.split()) for part in match.group(1).split(ACTION_SEPARATOR) if part.strip()]
+        if match is not None
+        else []
+    )
+    return parse_response(
+        text, candidates, response_format=response_format, max_actions=max_actions
+    )
 
 
 def format_instructions(response_format: str, example_action: str, max_actions: int) -> str:

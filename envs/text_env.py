@@ -29,9 +29,11 @@ sending the observation as a ``user`` message.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import string
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -50,6 +52,47 @@ TEXT_CHARSET = frozenset(string.printable) | frozenset("√·█░→←↑↓"
 """Characters that may appear in observations and actions of the spaces below."""
 
 MAX_TEXT_LENGTH = 1 << 16
+
+
+REQUIRED_INFO = ("action_is_valid", "success")
+"""Keys every ``reset`` and ``step`` info of an agentgym env carries."""
+
+
+class EnvContractError(TypeError):
+    """An env broke agentgym's env contract; the message names the env."""
+
+
+def check_info(env: gymnasium.Env[Any, Any], info: dict[str, Any], where: str) -> None:
+    """Raise unless ``info`` has every key of :data:`REQUIRED_INFO`.
+
+    Args:
+        env: The env that returned ``info`` (named in the error).
+        info: What its ``reset`` or ``step`` returned.
+        where: ``"reset"`` or ``"step"``.
+
+    Raises:
+        EnvContractError: Naming the env, the missing keys and the fix.
+    """
+    missing = [key for key in REQUIRED_INFO if key not in info]
+    if missing:
+        raise EnvContractError(
+            f"{type(env).__module__}.{type(env).__qualname__}.{where}() returned an info "
+            f"without {missing}; every agentgym env reports {list(REQUIRED_INFO)} in the "
+            f"info of reset and step. Let TextEnv.{where} build the info (override the "
+            "_parse/_play hooks instead), or add the keys."
+        )
+
+
+def _checked(method: Callable[..., Any], where: str) -> Callable[..., Any]:
+    """Wrap an overridden ``reset``/``step`` so that its info is checked."""
+
+    @functools.wraps(method)
+    def checked(self: TextEnv, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, *args, **kwargs)
+        check_info(self, result[-1], where)
+        return result
+
+    return checked
 
 
 def text_space() -> spaces.Text:
@@ -108,7 +151,20 @@ class TextEnv(gymnasium.Env[str, str], ABC):
     action_names: ClassVar[tuple[str, ...]] = ()
     """The action vocabulary, in canonical spelling; matched case-insensitively."""
 
+    generator_version: ClassVar[int | None] = None
+    """Version of the env's task generator (rooms, catalogs, questions): raised
+    whenever the same seed would give a different task. Recorded with the env id."""
+
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # The base reset/step always fill REQUIRED_INFO; a subclass that overrides
+        # them is held to the same contract (a forgotten key would otherwise read as
+        # "valid" or "failed" downstream).
+        super().__init_subclass__(**kwargs)
+        for where in ("reset", "step"):
+            if where in vars(cls):
+                setattr(cls, where, _checked(vars(cls)[where], where))
 
     def __init__(
         self,

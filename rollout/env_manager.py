@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-import agentgym
+from agentgym.envs.adapter import make_text_env
 from agentgym.envs.text_env import TextEnv
 
 
@@ -186,9 +186,5 @@ class EnvManager:
 
 
 def _make(name: str, kwargs: Mapping[str, Any], render_mode: str | None) -> TextEnv:
-    env = agentgym.make(name, **kwargs).unwrapped
-    if not isinstance(env, TextEnv):
-        raise TypeError(f"env {name!r} is a {type(env).__name__}, not an agentgym TextEnv")
-    if render_mode is not None and render_mode in env.metadata.get("render_modes", []):
-        env.render_mode = render_mode
-    return env
+    # Any Gymnasium text env (plain ones adapted); render_mode goes to the constructor.
+    return make_text_env(name, kwargs, render_mode=render_mode)

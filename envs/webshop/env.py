@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
-from typing import Any
+from typing import Any, ClassVar
 
-from agentgym.envs.parsing import (
-    ACTION_SEPARATOR,
-    ParsedResponse,
-    format_instructions,
-    parse_response,
-)
+from agentgym.envs.parsing import ParsedResponse, format_instructions, parse_free_response
 from agentgym.envs.scripted import format_response
 from agentgym.envs.text_env import MAX_TEXT_LENGTH, TextEnv, TurnResult
+from agentgym.envs.webshop.generator import GENERATOR_VERSION
 from agentgym.envs.webshop.goals import Goal, WebShopConfigError
 from agentgym.envs.webshop.render import OBSERVATION_MODES, RENDERERS, layout
 from agentgym.envs.webshop.shop import (
@@ -30,8 +25,6 @@ from agentgym.envs.webshop.shop import (
     normalize_clickable,
 )
 from agentgym.envs.webshop.world import World, load_world
-
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 
 
 class WebShopEnv(TextEnv):
@@ -74,6 +67,9 @@ class WebShopEnv(TextEnv):
         WebShopDataError: When ``data_path`` does not hold WebShop's files.
         UnknownOptionScoringError: On an unknown ``option_scoring``.
     """
+
+    generator_version: ClassVar[int | None] = GENERATOR_VERSION
+    """The catalog generator's version (with ``data_path``, WebShop's own files are used)."""
 
     def __init__(
         self,
@@ -162,11 +158,8 @@ class WebShopEnv(TextEnv):
         )
 
     def _parse(self, text: str) -> ParsedResponse:
-        return parse_response(
-            text,
-            _answer_candidates(text),
-            response_format=self.response_format,
-            max_actions=self.max_actions_per_turn,
+        return parse_free_response(
+            text, response_format=self.response_format, max_actions=self.max_actions_per_turn
         )
 
     def _play(self, parsed: ParsedResponse) -> TurnResult:
@@ -276,17 +269,3 @@ class WebShopEnv(TextEnv):
             if state.options.get(name) != value and normalize_clickable(value) in offered:
                 return f"click[{value}]"
         return f"click[{BUY_NOW}]"
-
-
-def _answer_candidates(text: str) -> list[str]:
-    """The action texts inside the first ``<answer>`` block, whitespace-normalized.
-
-    They serve as the vocabulary for :func:`parse_response`, which then
-    checks the response format (tags, think block, action count) as for every env.
-    """
-    match = _ANSWER.search(text)
-    if match is None:
-        return []
-    return [
-        " ".join(part.split()) for part in match.group(1).split(ACTION_SEPARATOR) if part.strip()
-    ]

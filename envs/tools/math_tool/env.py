@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from agentgym.envs.parsing import ParsedResponse
 from agentgym.envs.text_env import TextEnv, TurnResult
@@ -78,6 +78,9 @@ class MathToolEnv(TextEnv):
         SandboxUnavailableError: If the sandbox cannot isolate the network
             and that is not allowed.
     """
+
+    generator_version: ClassVar[int | None] = 1
+    """Raised whenever the same seed would give a different task."""
 
     def __init__(
         self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from agentgym.envs.parsing import ParsedResponse
 from agentgym.envs.text_env import TextEnv, TurnResult
@@ -54,6 +54,9 @@ class SearchQAEnv(TextEnv):
         ValueError: If a question type or the reward metric is unknown, or
             ``default_k`` is outside ``[1, max_k]``.
     """
+
+    generator_version: ClassVar[int | None] = 1
+    """Raised whenever the same seed would give a different task."""
 
     def __init__(
         self,

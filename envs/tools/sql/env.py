@@ -10,7 +10,7 @@ import tempfile
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agentgym.envs.parsing import ParsedResponse
 from agentgym.envs.text_env import TextEnv, TurnResult
@@ -62,6 +62,9 @@ class SQLEnv(TextEnv):
     Raises:
         ValueError: If a question kind is unknown.
     """
+
+    generator_version: ClassVar[int | None] = 1
+    """Raised whenever the same seed would give a different task."""
 
     def __init__(
         self,
