@@ -104,7 +104,9 @@ def test_bad_values_fail_with_the_key_and_the_fix(override: str, message: str) -
 def test_a_misspelled_key_on_the_command_line_gets_a_close_match() -> None:
     with pytest.raises(ConfigError, match=r"unknown key 'max_step'.*Did you mean 'max_steps'\?"):
         check_overrides(["max_step=10"])
-    with pytest.raises(ConfigError, match="Did you mean 'actor_train.training_args.learning_rate'"):
+    with pytest.raises(
+        ConfigError, match=r"Did you mean 'actor_train\.training_args\.learning_rate'"
+    ):
         check_overrides(["actor_train.training_args.learning_rat=0.1"])
     # constructor arguments need no '+': they become '++'
     assert check_overrides(["env=frozen_lake", "env.kwargs.size=6", "max_steps=3"]) == [
