@@ -557,3 +557,32 @@ def _route_warnings(handler: logging.Handler, ours: _Names, undo: ExitStack) -> 
 
     warnings.showwarning = route
     undo.callback(setattr, warnings, "showwarning", show)
+
+
+@contextmanager
+def redirect_output(log_file: str | Path) -> Iterator[None]:
+    """Send this process's stdout and stderr (file descriptors 1 and 2) to
+    ``log_file`` while the block runs.
+
+    For starting an engine in a child process: what the child writes itself
+    (vLLM's spawned engine core: its torch and C++ warnings, its progress
+    bars) goes where its descriptors pointed when it started, so it keeps
+    writing to ``log_file`` after the block; the parent's console is back at once.
+
+    Args:
+        log_file: The file to append to (such as :func:`library_logs`' one).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with Path(log_file).open("ab") as file:
+            os.dup2(file.fileno(), 1)
+            os.dup2(file.fileno(), 2)
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        for descriptor, copy in enumerate(saved, start=1):
+            os.dup2(copy, descriptor)
+            os.close(copy)

@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from agentgym.console import LibraryLogSummary, RepeatedMessage, library_logs, library_of
+from agentgym.console import (
+    LibraryLogSummary,
+    RepeatedMessage,
+    library_logs,
+    library_of,
+    redirect_output,
+)
 
 
 def bare_root(monkeypatch: pytest.MonkeyPatch) -> logging.Logger:
@@ -211,3 +217,26 @@ def test_vllm_and_its_engine_process_log_to_the_file(
     assert "Initializing" not in err and "EngineCore failed" in err
     assert logs.counts() == {"ERROR": 1, "INFO": 1}
     assert " INFO vllm.v1.engine.core: Initializing a V1 LLM engine" in logs.path.read_text()
+
+
+def test_redirect_output_sends_what_a_child_process_writes_to_the_file(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # as vLLM's engine core, spawned during the block and writing after it
+    log_file = tmp_path / "libraries.log"
+    code = (
+        "import sys, time; print('child starts', flush=True); time.sleep(0.5); "
+        "print('[W utils.cpp:68] Warning: NUMA binding', file=sys.stderr)"
+    )
+    with redirect_output(log_file):
+        child = subprocess.Popen([sys.executable, "-c", code])
+        os.write(1, b"parent inside\n")  # the descriptor: pytest's sys.stdout is not fd 1
+    os.write(1, b"parent after\n")
+    assert child.wait(timeout=30) == 0
+    out, err = capfd.readouterr()
+    assert (out, err) == ("parent after\n", "")
+    assert log_file.read_text().splitlines() == [
+        "parent inside",
+        "child starts",
+        "[W utils.cpp:68] Warning: NUMA binding",
+    ]
