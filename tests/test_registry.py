@@ -179,3 +179,39 @@ def test_hydra_env_group_accepts_a_plugin_name(plugin_dist: Path, tmp_path: Path
     )  # fmt: skip
     assert result.returncode != 0
     assert "line_walk" in result.stderr  # Hydra lists the available options
+
+
+def test_env_versions_name_the_full_id_and_the_generator_version(plugin_dist: Path) -> None:
+    from agentgym.envs.webshop import GENERATOR_VERSION
+
+    versions = registry.env_versions(["webshop", "sokoban", "line_walk"])
+    assert versions["webshop"] == {
+        "id": "agentgym/WebShop-v1",
+        "generator_version": GENERATOR_VERSION,
+        "plugin": None,
+    }
+    assert GENERATOR_VERSION == 3
+    assert versions["sokoban"]["id"] == "agentgym/Sokoban-v0"
+    assert versions["sokoban"]["generator_version"] == 1
+    assert versions["line_walk"]["id"] == "agentgym/LineWalk-v0"
+    assert versions["line_walk"]["generator_version"] is None  # the plugin sets none
+    assert "agentgym-demo-plugin" in versions["line_walk"]["plugin"]
+    with pytest.raises(agentgym.UnknownEnvError, match="Did you mean 'webshop'"):
+        registry.env_versions(["webshp"])
+
+
+def test_webshop_v0_is_gone_and_points_to_v1() -> None:
+    """WebShop's reward rules changed in v1; the short name points to the newest id."""
+    assert agentgym.spec("webshop").id == "agentgym/WebShop-v1"
+    with pytest.raises(agentgym.UnknownEnvError, match="Did you mean 'agentgym/WebShop-v1'"):
+        agentgym.make("agentgym/WebShop-v0")
+    with pytest.raises(gymnasium.error.DeprecatedEnv, match="agentgym/WebShop-v1"):
+        gymnasium.make("agentgym/WebShop-v0")
+
+
+def test_gymnasium_ids_outside_agentgym_are_made_by_gymnasium() -> None:
+    env = agentgym.make("FrozenLake-v1", is_slippery=False)
+    assert agentgym.spec("FrozenLake-v1").id == "FrozenLake-v1"
+    assert type(env.unwrapped).__name__ == "FrozenLakeEnv"
+    with pytest.raises(agentgym.UnknownEnvError, match="Unknown env 'agentgym/NoSuch-v0'"):
+        agentgym.make("agentgym/NoSuch-v0")
