@@ -160,11 +160,16 @@ def run(cfg: DictConfig) -> None:
 
 @hydra.main(version_base=None, config_path="configs", config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
+    from agentgym.trainers.grpo import RolloutFailedError
+
     try:
         run(cfg)
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         sys.exit(2)
+    except RolloutFailedError as error:
+        print(f"run stopped: {error}", file=sys.stderr)
+        sys.exit(1)
 
 
 def main() -> None:

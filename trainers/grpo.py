@@ -454,6 +454,7 @@ def validate(
             parts.val_manager, parts.backend, parts.chat, parts.val_rollout, policy_version=step
         )
     )
+    check_failures(config, result.trajectories, step)
     parts.tracker.log({f"val/{key}": value for key, value in result.metrics.items()}, step)
     if parts.render_dir is not None and config.val_renders:
         picked = _per_tag(result.trajectories, config.val_renders)  # TODO: render.pick_renders
