@@ -58,9 +58,7 @@ def test_every_loss_agg_mode_by_hand_with_a_ragged_mask(mode: str) -> None:
 
 
 def test_sum_norm_uses_the_given_length_and_counts_override_the_denominators() -> None:
-    assert_close(
-        aggregate_loss(LOSS, MASK, "seq-mean-token-sum-norm", norm_length=10), scalar(2.9)
-    )
+    assert_close(aggregate_loss(LOSS, MASK, "seq-mean-token-sum-norm", norm_length=10), scalar(2.9))
     assert_close(aggregate_loss(LOSS, MASK, "token-mean", num_tokens=12), scalar(29 / 12))
     assert_close(aggregate_loss(LOSS, MASK, "seq-mean-token-sum", num_seqs=4), scalar(29 / 4))
     assert_close(aggregate_loss(LOSS, MASK, "seq-mean-token-mean", num_seqs=4), scalar(8 / 4))
@@ -119,7 +117,9 @@ def test_policy_loss_is_finite_for_any_mask(data: tuple[list, list], mode: str) 
 
 
 def test_unknown_mode_suggests_a_close_match() -> None:
-    with pytest.raises(ValueError, match=r"loss_agg_mode='token_mean' is not valid\. Did you mean 'token-mean'"):
+    with pytest.raises(
+        ValueError, match=r"loss_agg_mode='token_mean' is not valid\. Did you mean 'token-mean'"
+    ):
         aggregate_loss(LOSS, MASK, "token_mean")
     with pytest.raises(ValueError, match="must both be"):
         aggregate_loss(LOSS, MASK[:, :2], "token-mean")
@@ -379,7 +379,9 @@ def test_full_kl_needs_logits_and_kinds_are_checked() -> None:
             logits=torch.zeros(1, 3, 4),
             ref_logits=torch.zeros(1, 3, 4),
         )
-    with pytest.raises(ValueError, match=r"kl_penalty='low-var-kl' is not valid\. Did you mean 'low_var_kl'"):
+    with pytest.raises(
+        ValueError, match=r"kl_penalty='low-var-kl' is not valid\. Did you mean 'low_var_kl'"
+    ):
         kl_penalty(KL_LOGPROBS, KL_REF, "low-var-kl")
     assert "full" in KL_PENALTIES
 
