@@ -1,8 +1,10 @@
 """Render trajectories to ``render_save_dir`` and dump them to ``rollout_dump_dir``.
 
 Renders: an animated GIF of the env's frames (where the env draws pictures)
-and an HTML transcript per trajectory, named with env tag, seed and score, and
-an ``index.html`` listing every render of the folder. Dumps: JSONL, one
+and an HTML transcript per trajectory, named with step, env tag, seed, score
+and pass/fail, and an ``index.html`` of every render of the folder, grouped by
+step in numeric order with pass/fail marked. :func:`pick_renders` chooses
+which validation episodes to render: some of every env tag. Dumps: JSONL, one
 trajectory per line, with a ``meta.json`` beside it that records the resolved
 config and the tokenizer's path, so that anyone can decode and re-check them.
 """
@@ -12,7 +14,9 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +26,81 @@ from agentgym.trajectory import Trajectory
 
 
 def trajectory_name(trajectory: Trajectory, step: int | None = None) -> str:
-    """A file stem such as ``step3_sokoban_seed42_g7_score10.30``."""
+    """A file stem such as ``step3_sokoban_seed42_g7_score10.30_pass``."""
     prefix = f"step{step}_" if step is not None else ""
+    result = "pass" if trajectory.success else "fail"
     return (
         f"{prefix}{trajectory.tag}_seed{trajectory.seed}_g{trajectory.group_id}"
-        f"_score{trajectory.score:.2f}"
+        f"_score{trajectory.score:.2f}_{result}"
     )
+
+
+_NAME = re.compile(
+    r"^(?:step(?P<step>\d+)_)?(?P<tag>.+)_seed(?P<seed>-?\d+)_g(?P<group>\d+)"
+    r"_score(?P<score>[^_]+?)(?:_(?P<result>pass|fail))?$"
+)
+
+
+@dataclass(frozen=True)
+class RenderName:
+    """What a render's file name says (see :func:`trajectory_name`).
+
+    Attributes:
+        stem: The file name without its suffix.
+        step: The training step; None for renders made outside training (eval).
+        tag: The env tag.
+        seed: The episode's seed.
+        group_id: The episode's group.
+        score: The score as written (two decimals).
+        success: Whether the episode passed; None for names from before the mark.
+    """
+
+    stem: str
+    step: int | None
+    tag: str
+    seed: int
+    group_id: int
+    score: str
+    success: bool | None
+
+    @classmethod
+    def parse(cls, stem: str) -> RenderName | None:
+        """The parts of ``stem``, or None when it is not a render's name."""
+        match = _NAME.match(stem)
+        if match is None:
+            return None
+        result = match["result"]
+        return cls(
+            stem=stem,
+            step=int(match["step"]) if match["step"] is not None else None,
+            tag=match["tag"],
+            seed=int(match["seed"]),
+            group_id=int(match["group"]),
+            score=match["score"],
+            success=None if result is None else result == "pass",
+        )
+
+
+def pick_renders(trajectories: Sequence[Trajectory], per_tag: int) -> list[Trajectory]:
+    """The first ``per_tag`` trajectories of every env tag, tag by tag in order of
+    first appearance.
+
+    The first, not a sample: validation seeds are fixed, so each validation
+    renders the same episodes and a person can compare them across steps.
+
+    Args:
+        trajectories: Validation trajectories, of one or several tags.
+        per_tag: How many to render per tag (0: none).
+
+    Returns:
+        Up to ``per_tag`` × number of tags trajectories.
+    """
+    by_tag: dict[str, list[Trajectory]] = {}
+    for trajectory in trajectories:
+        picked = by_tag.setdefault(trajectory.tag, [])
+        if len(picked) < per_tag:
+            picked.append(trajectory)
+    return [trajectory for picked in by_tag.values() for trajectory in picked]
 
 
 def save_gif(frames: Sequence[Any], path: Path, fps: float = 2.0) -> None:
@@ -65,9 +138,10 @@ def transcript_html(trajectory: Trajectory) -> str:
         f"<title>{html.escape(trajectory_name(trajectory))}</title>"
         "<style>body{font-family:sans-serif;max-width:900px;margin:auto}"
         "pre{padding:6px;white-space:pre-wrap}.obs{background:#eef}.model{background:#efe}"
-        ".error{background:#fee}</style>"
-        f"<h1>{html.escape(trajectory.tag)} · seed {trajectory.seed}</h1>"
-        f"<p>score {trajectory.score:.3f} · success {trajectory.success} · "
+        f".error{{background:#fee}}{_MARK_STYLE}</style>"
+        f"<h1>{_mark(trajectory.success)} {html.escape(trajectory.tag)} · "
+        f"seed {trajectory.seed}</h1>"
+        f"<p>score {trajectory.score:.3f} · "
         f"{len(trajectory.turns)} turns · ended by {trajectory.termination_reason}</p>"
         f"<details><summary>system prompt</summary><pre>{html.escape(system)}</pre></details>"
         + "".join(rows)
@@ -99,21 +173,71 @@ def render_trajectories(
     return written
 
 
+_MARK_STYLE = (
+    ".mark{padding:1px 6px;border-radius:4px;color:white;font-size:80%}"
+    ".pass{background:#2a7d2a}.fail{background:#b3261e}.unknown{background:#888}"
+)
+
+
+def _mark(success: bool | None) -> str:
+    """A pass/fail badge, with a sign as well as a colour."""
+    if success is None:
+        return "<span class='mark unknown'>?</span>"
+    return (
+        "<span class='mark pass'>✓ pass</span>"
+        if success
+        else "<span class='mark fail'>✗ fail</span>"
+    )
+
+
+def _card(directory: Path, name: RenderName) -> str:
+    gif = directory / f"{name.stem}.gif"
+    picture = f'<img src="{html.escape(gif.name)}" height=120><br>' if gif.exists() else ""
+    return (
+        f'<a class=card href="{html.escape(name.stem)}.html">{picture}'
+        f"{_mark(name.success)} {html.escape(name.tag)} · seed {name.seed} · "
+        f"score {html.escape(name.score)}</a>"
+    )
+
+
+def _passed(names: Sequence[RenderName]) -> str:
+    known = [name.success for name in names if name.success is not None]
+    return f"{sum(known)} of {len(known)} passed" if known else f"{len(names)} episodes"
+
+
 def write_index(directory: Path) -> Path:
-    """List every transcript of ``directory`` (with its GIF, if any) in ``index.html``."""
-    items = []
-    for page in sorted(directory.glob("*.html")):
-        if page.name == "index.html":
-            continue
-        gif = page.with_suffix(".gif")
-        picture = f'<br><img src="{html.escape(gif.name)}" height=120>' if gif.exists() else ""
-        items.append(
-            f'<li><a href="{html.escape(page.name)}">{html.escape(page.stem)}</a>{picture}'
+    """Write ``index.html``: every transcript of ``directory`` (with its GIF, if
+    any), grouped by training step in numeric order (step 5 before step 10),
+    each marked pass or fail, with the pass count of each step at the top.
+
+    Returns:
+        The index's path.
+    """
+    groups: dict[int | None, list[RenderName]] = {}
+    for page in directory.glob("*.html"):
+        name = RenderName.parse(page.stem)
+        if name is not None:
+            groups.setdefault(name.step, []).append(name)
+    order = sorted(groups, key=lambda step: (step is None, step or 0))
+    sections, links = [], []
+    for step in order:
+        names = sorted(groups[step], key=lambda n: (n.tag, n.group_id, n.seed))
+        title = "Renders" if step is None else f"Step {step}"
+        anchor = "renders" if step is None else f"step{step}"
+        links.append(f'<a href="#{anchor}">{title}</a>: {_passed(names)}')
+        cards = "".join(_card(directory, name) for name in names)
+        sections.append(
+            f"<h2 id={anchor}>{title} · {_passed(names)}</h2><div class=grid>{cards}</div>"
         )
+    total = sum(len(names) for names in groups.values())
     index = directory / "index.html"
     index.write_text(
         "<!doctype html><meta charset=utf-8><title>agentgym renders</title>"
-        f"<h1>Trajectories ({len(items)})</h1><ul>{''.join(items)}</ul>",
+        "<style>body{font-family:sans-serif;margin:1em 2em}"
+        ".grid{display:flex;flex-wrap:wrap;gap:10px}"
+        ".card{display:block;border:1px solid #ccc;border-radius:6px;padding:6px;"
+        f"color:inherit;text-decoration:none;font-size:90%}}{_MARK_STYLE}</style>"
+        f"<h1>Trajectories ({total})</h1><ul><li>{'<li>'.join(links)}</ul>" + "".join(sections),
         encoding="utf-8",
     )
     return index
