@@ -139,6 +139,7 @@ def transcript_html(trajectory: Trajectory) -> str:
         "<style>body{font-family:sans-serif;max-width:900px;margin:auto}"
         "pre{padding:6px;white-space:pre-wrap}.obs{background:#eef}.model{background:#efe}"
         f".error{{background:#fee}}{_MARK_STYLE}</style>"
+        '<p><a href="index.html">← all renders</a></p>'
         f"<h1>{_mark(trajectory.success)} {html.escape(trajectory.tag)} · "
         f"seed {trajectory.seed}</h1>"
         f"<p>score {trajectory.score:.3f} · "
@@ -195,8 +196,8 @@ def _card(directory: Path, name: RenderName) -> str:
     picture = f'<img src="{html.escape(gif.name)}" height=120><br>' if gif.exists() else ""
     return (
         f'<a class=card href="{html.escape(name.stem)}.html">{picture}'
-        f"{_mark(name.success)} {html.escape(name.tag)} · seed {name.seed} · "
-        f"score {html.escape(name.score)}</a>"
+        f"{_mark(name.success)} {html.escape(name.tag)}<br>"
+        f"seed {name.seed} · score {html.escape(name.score)}</a>"
     )
 
 

@@ -91,7 +91,8 @@ def sections(index: str) -> list[tuple[str, list[str]]]:
     found = []
     for heading, body in re.findall(r"<h2 id=\w+>(.*?)</h2><div class=grid>(.*?)</div>", index):
         cards = re.findall(r"<a class=card [^>]*>(?:<img [^>]*><br>)?(.*?)</a>", body)
-        found.append((heading, [re.sub(r"<[^>]+>", "", card) for card in cards]))
+        text = [re.sub(r"<[^>]+>", "", card.replace("<br>", " · ")) for card in cards]
+        found.append((heading, text))
     return found
 
 
