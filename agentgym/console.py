@@ -290,7 +290,7 @@ class LibraryLogSummary:
         """
         counts = self.counts()
         if not counts:
-            return f"library logs: none, in {self.path}"
+            return f"library logs: none ({self.path})"
         total = sum(counts.values())
         by_level = ", ".join(f"{count} {level}" for level, count in counts.items())
         lines = [f"library logs: {total} records ({by_level}) in {self.path}"]

@@ -162,7 +162,7 @@ def test_an_exception_prints_the_summary_after_putting_things_back(
 
 def test_the_summary_of_nothing_says_so(tmp_path: Path) -> None:
     assert LibraryLogSummary(tmp_path / "none.log").summary() == (
-        f"library logs: none, in {tmp_path / 'none.log'}"
+        f"library logs: none ({tmp_path / 'none.log'})"
     )
 
 
