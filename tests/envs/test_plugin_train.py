@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.envs.trainrun import logged_steps, run_python, train_two_steps
+from tests.envs.trainrun import TWO_STEPS, logged_steps, run_python, train_two_steps
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +45,17 @@ def test_a_plain_gymnasium_plugin_is_played_from_the_terminal(
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("Guess the side of a hidden coin: answer heads or tails.")
     assert "flip 1 of 3" in result.stdout and "episode over: solved" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_text_env_that_omits_action_is_valid_stops_training_naming_it(
+    plugin_site: Path, model_cache: Path, tmp_path: Path
+) -> None:
+    args = ["-m", "agentgym.train", "env=forgetful_walk", "generation=hf", *TWO_STEPS]
+    args += [f"model.cache_dir={model_cache}", f"output_dir={tmp_path / 'run'}"]
+    result = run_python(args, cwd=tmp_path, pythonpath=plugin_site)
+    assert result.returncode != 0
+    assert (
+        "EnvContractError: agentgym_test_plugins.walk.ForgetfulWalkEnv.step() returned an info "
+        "without ['action_is_valid']"
+    ) in result.stderr
