@@ -28,7 +28,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
+
+from tqdm import tqdm  # type: ignore[import-untyped]
 
 # --------------------------------------------------------------------- our lines
 
@@ -195,6 +197,24 @@ class StepTimer:
         if steps <= 0:
             return None
         return elapsed / steps * max(total_steps - step, 0)
+
+
+def echo(text: str, log_file: str | Path | None = None, stream: IO[str] | None = None) -> None:
+    """Print ``text`` at once and append it to ``log_file``: a console line that
+    the run's ``train.log`` keeps too.
+
+    Args:
+        text: One line or several.
+        log_file: A text file to append to (opened per call: Hydra's handler
+            writes the same ``train.log``); None: the console only.
+        stream: Where to print (default: ``sys.stdout``).
+    """
+    stream = stream or sys.stdout
+    tqdm.write(text, file=stream)  # keeps progress bars intact below the text
+    stream.flush()  # shown at once in a pipe (``| tee``) too
+    if log_file is not None:
+        with Path(log_file).open("a", encoding="utf-8") as file:
+            file.write(text + "\n")
 
 
 # -------------------------------------------------------------------- their logs

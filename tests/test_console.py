@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 from agentgym.console import (
     LibraryLogSummary,
     RepeatedMessage,
+    echo,
     library_logs,
     library_of,
     redirect_output,
@@ -239,4 +241,17 @@ def test_redirect_output_sends_what_a_child_process_writes_to_the_file(
         "parent inside",
         "child starts",
         "[W utils.cpp:68] Warning: NUMA binding",
+    ]
+
+
+def test_echo_prints_at_once_and_appends_to_the_log(tmp_path: Path) -> None:
+    log_file = tmp_path / "train.log"
+    log_file.write_text("[hydra] earlier\n")
+    stream = io.StringIO()
+    echo("validation success: 0.285 -> 0.459\nfinished in 580 s", log_file, stream)
+    assert stream.getvalue() == "validation success: 0.285 -> 0.459\nfinished in 580 s\n"
+    assert log_file.read_text().splitlines() == [
+        "[hydra] earlier",
+        "validation success: 0.285 -> 0.459",
+        "finished in 580 s",
     ]

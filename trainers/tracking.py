@@ -17,7 +17,6 @@ import inspect
 import json
 import logging
 import os
-import sys
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import IO, Any, Protocol, runtime_checkable
 
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from agentgym.console import STEP_TIME, StepTimer, format_line, is_validation
+from agentgym.console import STEP_TIME, StepTimer, echo, format_line, is_validation
 
 logger = logging.getLogger(__name__)
 
@@ -117,14 +116,7 @@ class StdoutTracker:
         if self.total_steps is not None and not is_validation(values):
             seconds_left = self._timer.seconds_left(step, self.total_steps, values.get(STEP_TIME))
         line = format_line(values, step, self.total_steps, seconds_left)
-        stream = self._stream or sys.stdout
-        # tqdm.write keeps progress bars intact below the line.
-        tqdm.write(line, file=stream)
-        stream.flush()
-        if self._console_log is not None:
-            # opened per line and appended to: Hydra's log handler writes the same train.log
-            with self._console_log.open("a", encoding="utf-8") as file:
-                file.write(line + "\n")
+        echo(line, self._console_log, self._stream)
         if self._file is not None:
             record = {"step": step, **values}
             record["step"] = step  # the training step wins over a metric named "step"
