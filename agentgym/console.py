@@ -444,7 +444,12 @@ def _route_vllm(path: Path, console_level: int, undo: ExitStack) -> None:
     config = {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"agentgym": {"format": LOG_FORMAT}},
+        # the console's format is not LOG_FORMAT: where the engine's stderr is the
+        # log file (redirect_output), its errors are not counted twice
+        "formatters": {
+            "agentgym": {"format": LOG_FORMAT},
+            "console": {"format": "%(levelname)s %(name)s: %(message)s"},
+        },
         "handlers": {
             "file": {
                 "class": "logging.FileHandler",
@@ -456,7 +461,7 @@ def _route_vllm(path: Path, console_level: int, undo: ExitStack) -> None:
                 "class": "logging.StreamHandler",
                 "stream": "ext://sys.stderr",
                 "level": logging.getLevelName(console_level),
-                "formatter": "agentgym",
+                "formatter": "console",
             },
         },
         "loggers": {
