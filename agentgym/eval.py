@@ -5,10 +5,17 @@ env groups with fixed validation seeds); the per-tag metrics are printed and
 written to ``eval.json``, trajectories are rendered to ``render_save_dir``
 and dumped to ``rollout_dump_dir``.
 
+Given a trained checkpoint (``model.path=<run>/checkpoints/checkpoint-N/model``,
+the checkpoint folder, or the run's ``output_dir``), eval plays as the run
+validated: its env, rollout mode, history, turns, sequence length, sampling
+and validation seeds, read from the run's saved ``train_config.yaml``; a key
+given on the command line still wins.
+
 Usage::
 
     python -m agentgym.eval env=sokoban                        # the env's solver
     python -m agentgym.eval env=frozen_lake agent=random episodes=20
+    python -m agentgym.eval model.path=outputs/train/<run>     # a run's latest checkpoint
     python -m agentgym.eval env=sokoban model.path=DIR generation=hf
 """
 
@@ -16,47 +23,140 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-import agentgym
+from agentgym.builders import env_manager, generation_backend, rollout_config
+from agentgym.envs.adapter import make_text_env
 from agentgym.envs.scripted import AGENTS
 from agentgym.envs.text_env import TextEnv
-from agentgym.rollout.backends import (
-    GenerationBackend,
-    SamplingParams,
-    make_backend,
-    resolve_backend,
-)
+from agentgym.errors import ConfigError, check_choice
+from agentgym.rollout.backends import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
-from agentgym.rollout.env_manager import EnvConfig, EnvManager
-from agentgym.rollout.loop import RolloutConfig, RolloutResult, collect
+from agentgym.rollout.loop import RolloutResult, collect
 from agentgym.rollout.render import dump_trajectories, render_trajectories
+from agentgym.schema import TrainConfig, validate
 from agentgym.train import register_env_configs
+from agentgym.trainers.checkpoint import latest_checkpoint
+from agentgym.trainers.grpo import RUN_CONFIG
 
 POLICIES = ("auto", "model", *AGENTS)
 
-register_env_configs()  # env=<plugin name> works without a YAML file
+FALLBACKS = {
+    "episodes": 50,
+    "seed": 0,
+    "rollout_mode": "trajectory",
+    "history_length": 2,
+    "max_turns": 30,
+    "sequence_length": 4096,
+    "prefix_check": "warn",
+    "env": {"name": "sokoban", "kwargs": {}},
+}
+"""Eval's settings when neither the command line nor a training run gives them:
+a model that no run of ours trained plays with its full history."""
 
 
-def make_text_env(name: str, kwargs: Any) -> TextEnv:
-    """Make a registered env from a config's ``name`` and ``kwargs`` mapping.
+def resolve_model(path: str) -> tuple[Path, dict[str, Any] | None]:
+    """The model folder ``path`` names, and the saved config of the run it comes from.
+
+    ``path`` may be a Hugging Face folder (inside a checkpoint or not), a
+    checkpoint folder, or a run's ``output_dir`` (its latest checkpoint).
 
     Raises:
-        TypeError: If ``kwargs`` is not a mapping or the env is not a TextEnv.
+        ConfigError: If no model folder is found there.
     """
-    if OmegaConf.is_config(kwargs):
-        kwargs = OmegaConf.to_container(kwargs, resolve=True)
-    if not isinstance(kwargs, dict):
-        raise TypeError(f"env.kwargs must be a mapping of constructor arguments, got {kwargs!r}")
-    env = agentgym.make(name, **kwargs).unwrapped
-    if not isinstance(env, TextEnv):
-        raise TypeError(f"env {name!r} is a {type(env).__name__}, not an agentgym TextEnv")
-    return env
+    folder = Path(path).expanduser()
+    if (folder / "checkpoints").is_dir():
+        latest = latest_checkpoint(folder / "checkpoints")
+        folder = latest if latest is not None else folder
+    if (folder / "model" / "config.json").is_file():
+        folder = folder / "model"
+    if not (folder / "config.json").is_file():
+        raise ConfigError(
+            f"model.path={path!r} is not a model folder (no config.json); pass a Hugging Face "
+            "folder, a checkpoint, or a training run's output_dir (models are loaded from "
+            "local folders, never downloaded)"
+        )
+    for candidate in (folder, folder.parent, folder.parent.parent.parent):
+        if (candidate / RUN_CONFIG).is_file():
+            return folder, yaml.safe_load((candidate / RUN_CONFIG).read_text())
+    return folder, None
+
+
+def eval_config(cfg: DictConfig, run: dict[str, Any] | None, given: set[str]) -> TrainConfig:
+    """The settings to play with: the command line's, else the run's, else :data:`FALLBACKS`.
+
+    Args:
+        cfg: The composed eval config.
+        run: The training run's saved config, if the model comes from one.
+        given: The keys set on the command line.
+    """
+    base: dict[str, Any] = dict(run) if run else TrainConfig().model_dump()
+
+    def pick(key: str, from_run: Any) -> Any:
+        if key in given or run is None:
+            value = OmegaConf.select(cfg, key)
+            return FALLBACKS[key] if value is None and key in FALLBACKS else value
+        return from_run
+
+    env: dict[str, Any] = (
+        OmegaConf.to_container(cfg.env, resolve=True)  # type: ignore[assignment]
+        if "env" in cfg and (run is None or any(k == "env" or k.startswith("env.") for k in given))
+        else (base["env"] if run else FALLBACKS["env"])
+    )
+    episodes = pick("episodes", base["val_batch_size"])
+    generating = dict(base["actor_infer"]["generating_args"])
+    for key in ("top_p", "top_k", "max_new_tokens"):
+        value = cfg.generation.get(key)
+        if f"generation.{key}" in given or (run is None and value is not None):
+            generating[key] = value
+    if run is None and cfg.generation.get("max_new_tokens") is None:
+        generating["max_new_tokens"] = (env or {}).get("max_new_tokens") or 64
+    temperature = pick("generation.temperature", base["validation"]["temperature"])
+    settings = {
+        **base,
+        "env": env,
+        "pretrain": None,
+        "seed": pick("seed", base["seed"]),
+        "max_turns": pick("max_turns", base["max_turns"]),
+        "sequence_length": pick("sequence_length", base["sequence_length"]),
+        "rollout_mode": pick("rollout_mode", base["rollout_mode"]),
+        "history_length": pick("history_length", base["history_length"]),
+        "prefix_check": pick("prefix_check", base["prefix_check"]),
+        "render_save_dir": cfg.render_save_dir,
+        "val_batch_size": episodes,
+        "val_env_manager": {
+            **base["val_env_manager"],
+            "tags": [env["name"]],
+            "env_configs": {},
+            "n_groups": None,
+            "env_groups": episodes,
+            "group_size": 1,
+        },
+        "validation": {
+            **base["validation"],
+            "temperature": 1.0 if temperature is None else temperature,
+        },
+        "generation": {
+            **OmegaConf.to_container(cfg.generation, resolve=True),  # type: ignore[dict-item]
+            "temperature": 1.0 if temperature is None else temperature,
+            "max_new_tokens": generating["max_new_tokens"],
+            "top_p": generating["top_p"],
+            "top_k": generating["top_k"],
+        },
+        "actor_infer": {
+            **base["actor_infer"],
+            "generating_args": generating,
+            "strategy_args": {"strategy_name": cfg.generation.backend, "strategy_config": {}},
+        },
+    }
+    return validate(settings, training=False)
 
 
 def scripted_tokenizer(env: TextEnv) -> Any:
@@ -69,72 +169,42 @@ def scripted_tokenizer(env: TextEnv) -> Any:
     return build_tokenizer(corpus, vocab_size=400, chat_template=template)
 
 
-def build_policy(cfg: DictConfig, env: TextEnv) -> tuple[GenerationBackend, Any, str]:
-    """The backend, its tokenizer, and a description of the policy, from the config."""
+def build_policy(
+    cfg: DictConfig, config: TrainConfig, model: Path | None
+) -> tuple[GenerationBackend, Any, str]:
+    """The backend, its tokenizer, and a description of the policy."""
     from agentgym.rollout.backends.scripted import ScriptedBackend
 
-    agent = cfg.agent
-    if agent not in POLICIES:
-        raise ValueError(f"Unknown agent {agent!r}; valid options: {sorted(POLICIES)}")
+    agent = check_choice("agent", str(cfg.agent), POLICIES)
     if agent == "auto":
-        agent = "model" if cfg.model.path else "solver"
+        agent = "model" if model is not None else "solver"
     if agent != "model":
-        tokenizer = scripted_tokenizer(env)
-        return ScriptedBackend(tokenizer, agent, seed=cfg.seed), tokenizer, f"scripted {agent}"
-    if not cfg.model.path:
-        raise ValueError("agent=model needs model.path (a Hugging Face model folder)")
-    if not (Path(cfg.model.path) / "config.json").is_file():
-        raise FileNotFoundError(
-            f"model.path={cfg.model.path!r} is not a model folder (no config.json); "
-            "models are loaded from local folders, never downloaded"
-        )
+        tokenizer = scripted_tokenizer(make_text_env(config.env.name, config.env.kwargs))
+        return ScriptedBackend(tokenizer, agent, seed=config.seed), tokenizer, f"scripted {agent}"
+    if model is None:
+        raise ConfigError("agent=model needs model.path (a Hugging Face model folder)")
     from transformers import AutoTokenizer
 
-    generation = cfg.generation
-    backend_name = resolve_backend(generation.backend)
-    backend = make_backend(
-        backend_name,
-        str(cfg.model.path),
-        dtype=cfg.model.dtype,
-        device=cfg.model.device,
-        max_model_len=generation.max_model_len,
-        seed=cfg.seed,
-        max_batch_size=generation.max_batch_size,
-        base_url=generation.base_url,
-        served_model_name=generation.served_model_name,
-    )
-    tokenizer = AutoTokenizer.from_pretrained(str(cfg.model.path))
-    return backend, tokenizer, f"model {cfg.model.path} on {backend_name}"
+    backend = generation_backend(config, model, dtype=cfg.model.dtype, device=cfg.model.device)
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    name = config.actor_infer.strategy_args.strategy_name
+    return backend, tokenizer, f"model {model} on {name}"
 
 
-async def evaluate(cfg: DictConfig, backend: GenerationBackend, tokenizer: Any) -> RolloutResult:
-    """Run ``cfg.episodes`` validation episodes (group size 1, fixed seeds)."""
-    kwargs: dict[str, Any] = OmegaConf.to_container(cfg.env.kwargs, resolve=True)  # type: ignore[assignment]
-    manager = EnvManager(
-        tags=[cfg.env.name],
-        env_groups=cfg.episodes,
-        group_size=1,
-        env_configs={cfg.env.name: EnvConfig(cfg.env.name, kwargs)},
-        seed=cfg.seed,
+async def evaluate(
+    config: TrainConfig, backend: GenerationBackend, tokenizer: Any
+) -> RolloutResult:
+    """Run the validation episodes (group size 1, fixed seeds) as a run validates."""
+    manager = env_manager(
+        config.val_env_manager,
+        config,
         fixed_seeds=True,
-        render_mode="rgb_array" if cfg.render_save_dir else None,
-    )
-    generation = cfg.generation
-    config = RolloutConfig(
-        max_turns=cfg.max_turns,
-        sequence_length=cfg.sequence_length,
-        prefix_check=cfg.prefix_check,
-        record_frames=bool(cfg.render_save_dir),
-        sampling=SamplingParams(
-            temperature=generation.temperature,
-            top_p=generation.top_p,
-            top_k=generation.top_k,
-            max_new_tokens=generation.max_new_tokens,
-            seed=cfg.seed,
-        ),
+        render_mode="rgb_array" if config.render_save_dir else None,
     )
     try:
-        return await collect(manager, backend, ChatTokenizer(tokenizer), config)
+        return await collect(
+            manager, backend, ChatTokenizer(tokenizer), rollout_config(config, validation=True)
+        )
     finally:
         manager.close()
         await backend.close()
@@ -154,14 +224,24 @@ def print_report(result: RolloutResult, policy: str) -> None:
         print(f"{tag}: {counts} {figures}")
 
 
-@hydra.main(version_base=None, config_path="configs", config_name="eval")
-def main(cfg: DictConfig) -> None:
-    """Hydra entry point: see ``configs/eval.yaml``."""
-    if cfg.episodes < 1:
-        raise ValueError(f"episodes must be >= 1, got {cfg.episodes}")
-    env = make_text_env(cfg.env.name, cfg.env.kwargs)
-    backend, tokenizer, policy = build_policy(cfg, env)
-    result = asyncio.run(evaluate(cfg, backend, tokenizer))
+def given_keys() -> set[str]:
+    """The keys set on the command line (group choices included)."""
+    return {item.split("=", 1)[0].lstrip("+~") for item in HydraConfig.get().overrides.task}
+
+
+def run(cfg: DictConfig) -> None:
+    """Resolve the policy and the settings, play, report, render and dump."""
+    model, run_config = resolve_model(cfg.model.path) if cfg.model.path else (None, None)
+    config = eval_config(cfg, run_config, given_keys())
+    if run_config is not None:
+        print(
+            f"playing as the training run validated: env {config.env.name}, "
+            f"{config.rollout_mode} mode, history {config.history_length}, "
+            f"{config.max_turns} turns, temperature {config.validation.temperature}, "
+            f"{config.val_batch_size} episodes, seed {config.seed}"
+        )
+    backend, tokenizer, policy = build_policy(cfg, config, model)
+    result = asyncio.run(evaluate(config, backend, tokenizer))
     output_dir = Path(HydraConfig.get().runtime.output_dir)
     episodes = [
         {
@@ -182,18 +262,31 @@ def main(cfg: DictConfig) -> None:
         render_trajectories(result.trajectories[: cfg.renders], cfg.render_save_dir)
         print(f"renders: {cfg.render_save_dir}/index.html")
     if cfg.rollout_dump_dir:
-        tokenizer_path = Path(cfg.model.path) if cfg.model.path else None
+        tokenizer_path = model
         if tokenizer_path is None:  # scripted agents' tokenizer is built on the fly: keep it
             tokenizer_path = Path(cfg.rollout_dump_dir) / "tokenizer"
             tokenizer.save_pretrained(tokenizer_path)
         meta = {
             "config": OmegaConf.to_container(cfg, resolve=True),
+            "settings": config.model_dump(mode="json"),
             "tokenizer": str(tokenizer_path.resolve()),
             "policy": policy,
         }
         path = dump_trajectories(result.trajectories, cfg.rollout_dump_dir, meta=meta)
         print(f"dump: {path}")
 
+
+@hydra.main(version_base=None, config_path="configs", config_name="eval")
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point: see ``configs/eval.yaml``."""
+    try:
+        run(cfg)
+    except ConfigError as error:
+        print(f"config error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+register_env_configs()  # env=<plugin name> works without a YAML file
 
 if __name__ == "__main__":
     main()

@@ -435,7 +435,7 @@ def _check_not_yet(config: TrainConfig) -> None:
             raise ConfigError(f"{path}={value!r} is not supported yet: {message}")
 
 
-def _check_relations(config: TrainConfig) -> None:
+def _check_training(config: TrainConfig) -> None:
     manager = config.train_env_manager
     per_step = manager.env_groups * manager.group_size * manager.max_traj_per_env
     if config.rollout_batch_size != per_step:
@@ -451,12 +451,6 @@ def _check_relations(config: TrainConfig) -> None:
             f"rollout_batch_size={config.rollout_batch_size} is not divisible by "
             f"per_device_train_batch_size × gradient_accumulation_steps = {minibatch}"
         )
-    val = config.val_env_manager
-    if val.env_groups * val.group_size != config.val_batch_size:
-        raise ConfigError(
-            f"val_batch_size={config.val_batch_size} must equal val_env_manager env_groups × "
-            f"group_size = {val.env_groups} × {val.group_size}"
-        )
     if config.step_advantage_weight and config.rollout_mode != "step":
         raise ConfigError(
             f"step_advantage_weight={config.step_advantage_weight} (GiGPO) needs one sample per "
@@ -467,6 +461,15 @@ def _check_relations(config: TrainConfig) -> None:
             f"tis_cap={config.tis_cap} reweights by the trainer/engine logprob gap, which needs "
             f"π_old recomputed by the trainer: set old_logprobs=trainer "
             f"(it is {config.old_logprobs!r})"
+        )
+
+
+def _check_relations(config: TrainConfig) -> None:
+    val = config.val_env_manager
+    if val.env_groups * val.group_size != config.val_batch_size:
+        raise ConfigError(
+            f"val_batch_size={config.val_batch_size} must equal val_env_manager env_groups × "
+            f"group_size = {val.env_groups} × {val.group_size}"
         )
     budget = config.actor_infer.generating_args.max_new_tokens
     if budget >= config.sequence_length:
@@ -528,8 +531,13 @@ def _message(error: Mapping[str, Any]) -> str:
     return f"{key}={error.get('input')!r}: {error['msg']}"
 
 
-def validate(raw: Mapping[str, Any]) -> TrainConfig:
+def validate(raw: Mapping[str, Any], *, training: bool = True) -> TrainConfig:
     """Check a composed, resolved config and return it typed.
+
+    Args:
+        raw: The composed, resolved config.
+        training: Also check what only training needs (batch sizes that divide,
+            GiGPO's step mode, ...); eval plays validation episodes only.
 
     Raises:
         ConfigError: Naming each bad key, its value and the valid range or
@@ -543,6 +551,8 @@ def validate(raw: Mapping[str, Any]) -> TrainConfig:
         raise ConfigError("invalid config:\n  " + "\n  ".join(messages)) from None
     _check_not_yet(config)
     _check_relations(config)
+    if training:
+        _check_training(config)
     return config
 
 

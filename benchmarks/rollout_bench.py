@@ -95,7 +95,9 @@ def setup(envs: int) -> tuple[EnvManager, InstantBackend, ChatTokenizer]:
 def run_overhead(envs: int, prefix_check: str = "off") -> OverheadFigures:
     """Collect ``envs`` × :data:`TURNS` env-turns with instant env and backend."""
     manager, backend, chat = setup(envs)
-    config = RolloutConfig(max_turns=TURNS, prefix_check=prefix_check)
+    config = RolloutConfig(
+        mode="trajectory", max_turns=TURNS, sequence_length=4096, prefix_check=prefix_check
+    )
     env = InstantEnv()
     env.reset(seed=0)
     start = time.perf_counter()
@@ -148,7 +150,11 @@ async def sokoban_throughput(backend: Any, model_path: str, name: str) -> Throug
     chat = ChatTokenizer(AutoTokenizer.from_pretrained(model_path))
     manager = EnvManager(tags=["sokoban"], env_groups=8, group_size=4, seed=0)
     config = RolloutConfig(
-        max_turns=5, prefix_check="off", sampling=SamplingParams(max_new_tokens=32, seed=0)
+        mode="trajectory",
+        max_turns=5,
+        sequence_length=4096,
+        prefix_check="off",
+        sampling=SamplingParams(max_new_tokens=32, seed=0),
     )
     await collect(manager, backend, chat, config)  # warm-up
     start = time.perf_counter()

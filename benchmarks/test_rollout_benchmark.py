@@ -25,7 +25,9 @@ from agentgym.rollout.loop import RolloutConfig, collect
 @pytest.mark.parametrize("envs", [1, 64, 1024])
 def test_manager_overhead(benchmark: Any, envs: int) -> None:
     manager, backend, chat = setup(envs)
-    config = RolloutConfig(max_turns=TURNS, prefix_check="off")
+    config = RolloutConfig(
+        mode="trajectory", max_turns=TURNS, sequence_length=4096, prefix_check="off"
+    )
     benchmark.extra_info["env_turns"] = envs * TURNS
     result = benchmark.pedantic(
         lambda: asyncio.run(collect(manager, backend, chat, config)), rounds=3, iterations=1

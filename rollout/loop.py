@@ -50,12 +50,12 @@ class RolloutConfig:
         env_workers: Threads that run env ``reset``/``step``.
     """
 
-    mode: str = "trajectory"
+    mode: str = "step"
     max_turns: int = 10
     max_actions_per_traj: int | None = None
-    sequence_length: int = 4096
+    sequence_length: int = 512
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    history_length: int = 2
+    history_length: int = 0
     strip_think_history: bool = False
     prefix_check: str = "warn"
     record_frames: bool = False

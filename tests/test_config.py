@@ -330,3 +330,43 @@ def test_the_entry_point_fails_before_any_model_work(
     assert not cache.exists()  # no model was built
     assert not (tmp_path / "run" / "checkpoints").exists()
     print(f"{override}: failed in {elapsed:.1f} s")
+
+
+def test_the_library_defaults_are_the_schemas() -> None:
+    # A Python user of RolloutConfig, SamplingParams, TorchStrategy or the recipe's
+    # settings gets the algorithm of `python -m agentgym.train`.
+    import inspect
+
+    from agentgym.builders import default_grpo_config, grpo_config
+    from agentgym.rollout.backends.base import SamplingParams
+    from agentgym.rollout.loop import RolloutConfig
+    from agentgym.trainers.strategies.torch_strategy import TorchStrategy
+
+    schema = TrainConfig()
+    rollout = RolloutConfig()
+    assert (rollout.mode, rollout.max_turns, rollout.sequence_length) == (
+        schema.rollout_mode,
+        schema.max_turns,
+        schema.sequence_length,
+    )
+    assert (rollout.history_length, rollout.prefix_check) == (
+        schema.history_length,
+        schema.prefix_check,
+    )
+    sampling, generating = SamplingParams(), schema.actor_infer.generating_args
+    assert (sampling.temperature, sampling.top_p, sampling.top_k, sampling.max_new_tokens) == (
+        generating.temperature,
+        generating.top_p,
+        generating.top_k,
+        generating.max_new_tokens,
+    )
+    defaults = {name: p.default for name, p in inspect.signature(TorchStrategy).parameters.items()}
+    args = schema.actor_train.training_args
+    assert defaults["learning_rate"] == args.learning_rate
+    assert defaults["weight_decay"] == args.weight_decay
+    assert defaults["warmup_steps"] == args.warmup_steps
+    assert defaults["lr_scheduler_type"] == args.lr_scheduler_type
+    assert defaults["micro_batch_size"] == args.per_device_train_batch_size
+    assert defaults["max_grad_norm"] == schema.max_grad_norm
+    assert defaults["dtype"] == schema.actor_train.model_args.dtype
+    assert default_grpo_config() == grpo_config(schema)

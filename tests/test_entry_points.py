@@ -61,7 +61,7 @@ def test_eval_unknown_env_and_agent_fail_clearly(tmp_path: Path) -> None:
     assert "is not a model folder" in result.stderr
     result = run("agentgym.eval", "agent=oracle", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
     assert result.returncode != 0
-    assert "valid options: ['auto', 'model', 'random', 'solver']" in result.stderr
+    assert "Valid options: ['auto', 'model', 'solver', 'random']" in result.stderr
 
 
 @pytest.mark.parametrize(

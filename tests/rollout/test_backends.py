@@ -55,7 +55,9 @@ async def check_backend(backend: GenerationBackend, model: Any, tokenizer: Any) 
     """The shared rollout checks: token-exact, strict prefix, logprobs match the model."""
     manager = EnvManager(tags=["sokoban", "frozen_lake"], env_groups=2, group_size=2, seed=1)
     config = RolloutConfig(
+        mode="trajectory",
         max_turns=3,
+        sequence_length=4096,
         prefix_check="strict",
         sampling=SamplingParams(temperature=TEMPERATURE, max_new_tokens=10),
     )

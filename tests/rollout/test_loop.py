@@ -26,6 +26,9 @@ def run(
 ) -> tuple[RolloutResult, list[int]]:
     order: list[int] = []
     config.setdefault("prefix_check", "strict")
+    config.setdefault("mode", "trajectory")
+    config.setdefault("sequence_length", 4096)
+    config.setdefault("history_length", 2)
     config.setdefault("sampling", SamplingParams(max_new_tokens=12, seed=0))
     result = asyncio.run(
         collect(

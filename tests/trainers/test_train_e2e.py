@@ -285,3 +285,31 @@ def test_every_loss_term_runs_through_the_recipe(
         assert "actor/token_level_kl" in steps[2]
         assert 0 <= steps[2]["train/anchor_state_share"] <= 1  # GiGPO's anchor states
         assert list((output / "logs" / "tensorboard").iterdir())
+
+
+def test_a_trained_checkpoint_evaluates_as_it_validated(tmp_path: Path, cache: Path) -> None:
+    # eval reads the run's saved config: same env, rollout mode, history, turns,
+    # sampling and validation seeds; with seeded HF generation the same weights
+    # score exactly what the run's last validation said
+    output = tmp_path / "run"
+    overrides = ("generation=hf", "val_batch_size=6", "val_env_manager.env_groups=6")
+    train(output, cache, *overrides, "rollout_mode=step", "step_advantage_weight=1.0")
+    last = validation(output)[4]
+    result = subprocess.run(
+        [sys.executable, "-m", "agentgym.eval", f"model.path={output}", "generation=hf",
+         f"hydra.run.dir={tmp_path / 'eval'}"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "playing as the training run validated: env sokoban, step mode" in result.stdout
+    assert "checkpoint-4/model" in result.stdout
+    evaluated = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    rendered = {
+        int(p.name.split("_seed")[1].split("_")[0])
+        for p in (output / "renders").glob("step4_*.html")
+    }
+    assert rendered and rendered <= {episode["seed"] for episode in evaluated["episodes"]}
+    report = evaluated["metrics"]
+    assert report["all/trajectories"] == 6.0
+    for key in ("all/success", "all/score", "all/turns", "all/invalid_action_rate"):
+        assert report[key] == pytest.approx(last[f"val/{key}"], abs=1e-9), key
