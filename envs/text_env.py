@@ -244,12 +244,13 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         return self._observation(), info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Parse the model's text and play the actions it names.
+        """Parse the model's text (:meth:`_parse`) and play it (:meth:`_play`).
 
-        A response that does not parse leaves the env where it is, counts as
-        one step, and earns :meth:`_invalid_turn`'s reward plus
-        ``format_penalty``. A valid response plays its actions in order,
-        stopping early when the episode ends.
+        By default a response that does not parse leaves the env where it is,
+        counts as one step, and earns :meth:`_invalid_turn`'s reward plus
+        ``format_penalty``; a valid response plays its actions in order,
+        stopping early when the episode ends. Any invalid turn earns
+        ``format_penalty``; ``max_steps`` truncates.
 
         Args:
             action: The model's raw response text.
@@ -257,8 +258,9 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         Returns:
             ``(observation, reward, terminated, truncated, info)``; ``info`` has
             ``action_is_valid``, ``success``, ``actions`` (the parsed action
-            names that were played), ``parse_error`` (None when valid) and
-            the env's :meth:`_info`.
+            names that were played), ``parse_error`` (None when valid), the
+            turn's own info (:attr:`TurnResult.info`, e.g. ``tool_results``)
+            and the env's :meth:`_info`.
         """
         if self._done:
             raise RuntimeError("step() called on a finished episode; call reset() first")
