@@ -26,7 +26,7 @@ from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, collect
 from agentgym.rollout.metrics import failure_report
-from agentgym.rollout.render import dump_trajectories, render_trajectories
+from agentgym.rollout.render import dump_trajectories, pick_renders, render_trajectories
 from agentgym.trainers.advantages import (
     anchor_state_advantages,
     compute_advantages,
@@ -457,7 +457,7 @@ def validate(
     check_failures(config, result.trajectories, step)
     parts.tracker.log({f"val/{key}": value for key, value in result.metrics.items()}, step)
     if parts.render_dir is not None and config.val_renders:
-        picked = _per_tag(result.trajectories, config.val_renders)  # TODO: render.pick_renders
+        picked = pick_renders(result.trajectories, config.val_renders)
         render_trajectories(picked, parts.render_dir, step)
 
 
@@ -528,11 +528,3 @@ def varied_groups(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor
     low = torch.full((groups,), torch.inf).scatter_reduce(0, inverse, scores, "amin")
     return (high > low)[inverse]
 
-
-def _per_tag(trajectories: list[Trajectory], count: int) -> list[Trajectory]:
-    picked: dict[str, list[Trajectory]] = {}
-    for trajectory in trajectories:
-        group = picked.setdefault(trajectory.tag, [])
-        if len(group) < count:
-            group.append(trajectory)
-    return [t for group in picked.values() for t in group]
