@@ -100,7 +100,8 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     >>> nice_ticks(0.13, 0.41)
     [0.1, 0.2, 0.3, 0.4, 0.5]
     """
-    if high <= low:
+    if high - low <= 1e-9 * max(1.0, abs(low), abs(high)):
+        # flat, up to float noise (a mean of -0.4 written as -0.39999999999999997)
         low, high = low - 0.5, high + 0.5
     raw = (high - low) / max(count - 1, 1)
     magnitude = 10 ** math.floor(math.log10(raw))

@@ -30,6 +30,7 @@ from agentgym.plot import (
         (0, 40, [0, 10, 20, 30, 40]),
         (-1.2, 3.7, [-2, 0, 2, 4]),
         (5, 5, [4.5, 5, 5.5]),  # a flat curve gets a unit range around it
+        (-0.4, -0.39999999999999997, [-1, -0.5, 0, 0.5]),  # flat up to float noise
     ],
 )
 def test_nice_ticks(low: float, high: float, ticks: list[float]) -> None:
