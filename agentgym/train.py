@@ -8,7 +8,6 @@ by :mod:`agentgym.schema`, :mod:`agentgym.builders` makes the parts, and
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import time
@@ -90,22 +89,16 @@ def resume_state(config: TrainConfig) -> dict[str, Any] | None:
     Raises:
         ConfigError: When resuming and there is no checkpoint, saying what to pass.
     """
-    from agentgym.trainers.checkpoint import latest_checkpoint
+    from agentgym.trainers.grpo import find_checkpoint
 
-    resume = config.resume_from_checkpoint
-    if resume is False:
+    if config.resume_from_checkpoint is False:
         return None
-    root = Path(config.output_dir) / "checkpoints"
-    path = Path(resume) if isinstance(resume, str) else latest_checkpoint(root)
-    if path is None or not (path / "trainer_state.json").is_file():
-        raise ConfigError(
-            f"resume_from_checkpoint={resume!r}: no complete checkpoint in "
-            f"{path or root}. Pass the run's own folder: output_dir=<the run's output_dir> "
-            "resume_from_checkpoint=true (the default output_dir is a new timestamped "
-            "folder), or resume_from_checkpoint=<a checkpoint-N folder>"
-        )
-    state: dict[str, Any] = json.loads((path / "trainer_state.json").read_text())
-    return state
+    try:
+        return find_checkpoint(
+            Path(config.output_dir) / "checkpoints", config.resume_from_checkpoint
+        )[1]
+    except FileNotFoundError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:

@@ -480,28 +480,38 @@ def checkpoint(parts: TrainParts, step: int) -> Path:
     return save_checkpoint(parts.checkpoint_dir, step, write)
 
 
+def find_checkpoint(checkpoint_dir: Path, resume: bool | str) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint a resume loads (the latest in ``checkpoint_dir``, or the one
+    ``resume`` names) and its trainer state.
+
+    Raises:
+        FileNotFoundError: If there is no complete checkpoint there, naming where
+            it looked and what to pass instead.
+    """
+    path = Path(resume) if isinstance(resume, str) else latest_checkpoint(checkpoint_dir)
+    if path is None or not (path / "trainer_state.json").is_file():
+        raise FileNotFoundError(
+            f"resume_from_checkpoint={resume!r}: no complete checkpoint in "
+            f"{path or checkpoint_dir}. To continue a run, pass its own folder: "
+            "output_dir=<the run's output_dir> resume_from_checkpoint=true (the default "
+            "output_dir is a new timestamped folder), or resume_from_checkpoint=<a "
+            "checkpoint-N folder>; resume_from_checkpoint=false starts afresh"
+        )
+    state: dict[str, Any] = json.loads((path / "trainer_state.json").read_text())
+    return path, state
+
+
 def restore(parts: TrainParts, resume: bool | str) -> int:
     """Load the latest checkpoint (or the one ``resume`` names) and return its step.
 
     Raises:
-        FileNotFoundError: If there is no complete checkpoint to resume from,
-            naming where it looked and what to pass instead.
+        FileNotFoundError: If there is no complete checkpoint to resume from.
     """
-    path = Path(resume) if isinstance(resume, str) else latest_checkpoint(parts.checkpoint_dir)
-    if path is None or not (path / "trainer_state.json").is_file():
-        raise FileNotFoundError(
-            f"resume_from_checkpoint={resume!r}: no complete checkpoint in "
-            f"{path or parts.checkpoint_dir}. To continue a run, pass its folder: "
-            "output_dir=<the old run's output_dir> resume_from_checkpoint=true (the default "
-            "output_dir is a new timestamped folder); or resume_from_checkpoint=<a "
-            "checkpoint-N folder>; or resume_from_checkpoint=false to start afresh"
-        )
-    state = json.loads((path / "trainer_state.json").read_text())
+    path, state = find_checkpoint(parts.checkpoint_dir, resume)
     parts.strategy.load(path)
     parts.train_manager.load_state_dict(state["train_env_manager"])
     set_rng_state(torch.load(path / "rng.pt", weights_only=True))
     step = int(state["step"])
-    logger.warning("resumed from %s at step %d", path, step)
     print(f"resumed from {path} at step {step}", flush=True)
     return step
 
