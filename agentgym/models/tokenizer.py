@@ -147,10 +147,6 @@ def instruction_lines(names: Iterable[str] = ("sokoban", "frozen_lake")) -> list
 
 
 def _text_env(name: str) -> Any:
-    import agentgym
-    from agentgym.envs.text_env import TextEnv
+    from agentgym.envs.adapter import make_text_env
 
-    env = agentgym.make(name).unwrapped
-    if not isinstance(env, TextEnv):
-        raise TypeError(f"env {name!r} is not a TextEnv")
-    return env
+    return make_text_env(name)

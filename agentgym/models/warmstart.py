@@ -145,12 +145,9 @@ def expert_pairs(
     Raises:
         TypeError: If the env is not a :class:`TextEnv` with a ``solve()``.
     """
-    import agentgym
-    from agentgym.envs.text_env import TextEnv
+    from agentgym.envs.adapter import make_text_env
 
-    env = agentgym.make(name, **dict(kwargs)).unwrapped
-    if not isinstance(env, TextEnv):
-        raise TypeError(f"warm start: env {name!r} is not an agentgym TextEnv")
+    env = make_text_env(name, kwargs)
     solve = getattr(env, "solve", None)
     if not callable(solve):
         raise TypeError(f"warm start: env {name!r} has no solve() to demonstrate with")
@@ -186,7 +183,7 @@ def build_examples(tokenizer: Any, spec: WarmStartSpec) -> list[Example]:
         ValueError: If ``label_noise_mode`` is ``expected`` and an env's
             answers to its actions do not differ in exactly one token.
     """
-    import agentgym
+    from agentgym.envs.adapter import make_text_env
 
     expected = spec.expected_noise > 0
     examples = []
@@ -202,7 +199,7 @@ def build_examples(tokenizer: Any, spec: WarmStartSpec) -> list[Example]:
         choice_index: int | None = None
         choice_ids: tuple[int, ...] = ()
         if expected and pairs:
-            env: Any = agentgym.make(name, **dict(kwargs)).unwrapped  # a TextEnv (expert_pairs)
+            env = make_text_env(name, kwargs)
             names, response_format = list(env.action_names), pairs[0][3]
             env.close()
             choice_index, choice_ids = action_choice(
