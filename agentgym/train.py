@@ -127,9 +127,10 @@ def run(cfg: DictConfig) -> None:
         train(grpo, parts, resume=resume)
     except TrainingInterruptedError as stop:
         where = f"last checkpoint: {stop.checkpoint}" if stop.checkpoint else "no checkpoint yet"
+        kept = [a for a in sys.argv[1:] if not a.startswith(("output_dir=", "resume_from_"))]
         print(
             f"\ninterrupted at step {stop.step}; {where}; resume with: python -m agentgym.train "
-            f"{' '.join(sys.argv[1:])} output_dir={config.output_dir} resume_from_checkpoint=true",
+            f"{' '.join(kept)} output_dir={config.output_dir} resume_from_checkpoint=true",
             file=sys.stderr,
         )
         sys.exit(130)

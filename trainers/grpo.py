@@ -10,6 +10,7 @@ them from the config.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sys
@@ -198,18 +199,33 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
                 validate(config, parts, loop, step=step)
             if step % config.save_steps == 0 or step == config.max_steps:
                 checkpoint(parts, step)
-    except KeyboardInterrupt as interrupt:
-        if isinstance(interrupt, TrainingInterruptedError):
-            raise
+    except KeyboardInterrupt:
+        shut_down(parts, loop)
         raise TrainingInterruptedError(step, latest_checkpoint(parts.checkpoint_dir)) from None
-    finally:
-        for closer in parts.closers:
-            closer()
-        parts.train_manager.close()
-        parts.val_manager.close()
-        loop.run_until_complete(parts.backend.close())
-        loop.close()
-        parts.tracker.close()
+    except BaseException:
+        shut_down(parts, loop)
+        raise
+    shut_down(parts, loop)
+
+
+def shut_down(parts: TrainParts, loop: asyncio.AbstractEventLoop) -> None:
+    """Close the env managers, the backend (its engine process too) and the trackers.
+
+    Episodes still running (a Ctrl-C mid-rollout) are cancelled first, so that
+    closing the backend does not resume them.
+    """
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    with contextlib.suppress(KeyboardInterrupt):  # a task Ctrl-C interrupted raises it again
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    for closer in parts.closers:
+        closer()
+    parts.train_manager.close()
+    parts.val_manager.close()
+    loop.run_until_complete(parts.backend.close())
+    loop.close()
+    parts.tracker.close()
 
 
 def check_failures(config: GRPOConfig, trajectories: list[Trajectory], step: int) -> float:
@@ -537,4 +553,3 @@ def varied_groups(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor
     high = torch.full((groups,), -torch.inf).scatter_reduce(0, inverse, scores, "amax")
     low = torch.full((groups,), torch.inf).scatter_reduce(0, inverse, scores, "amin")
     return (high > low)[inverse]
-

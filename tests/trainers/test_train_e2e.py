@@ -313,3 +313,23 @@ def test_a_trained_checkpoint_evaluates_as_it_validated(tmp_path: Path, cache: P
     assert report["all/trajectories"] == 6.0
     for key in ("all/success", "all/score", "all/turns", "all/invalid_action_rate"):
         assert report[key] == pytest.approx(last[f"val/{key}"], abs=1e-9), key
+
+
+def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tmp_path: Path, cache: Path) -> None:
+    output = tmp_path / "run"
+    process = subprocess.Popen(
+        command(output, cache, "generation=hf", "max_steps=1000", "eval_steps=0"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    marker = output / "checkpoints" / "checkpoint-1" / "COMPLETE"
+    deadline = time.monotonic() + 300
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), "the run never finished a step"
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert "Traceback" not in stderr
+    line = next(line for line in stderr.splitlines() if line.startswith("interrupted at step"))
+    assert "last checkpoint: " in line and "checkpoint-" in line
+    assert f"output_dir={output} resume_from_checkpoint=true" in line
