@@ -537,12 +537,19 @@ def _take_console_handlers(ours: _Names, undo: ExitStack) -> None:
             and not isinstance(handler, logging.FileHandler)
             and handler.stream is not None  # torch's trace handler opens a file lazily
         ]
+        if taken:
+            undo.callback(_put_back, logger, list(logger.handlers))
         for handler in taken:
             logger.removeHandler(handler)
-            undo.callback(logger.addHandler, handler)
         if taken and not logger.propagate:
             logger.propagate = True
             undo.callback(setattr, logger, "propagate", False)
+
+
+def _put_back(logger: logging.Logger, handlers: list[logging.Handler]) -> None:
+    """Give ``logger`` its ``handlers`` again, in their order, keeping any added since."""
+    added = [handler for handler in logger.handlers if handler not in handlers]
+    logger.handlers = [*handlers, *added]
 
 
 def library_of(filename: str) -> str | None:
