@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from agentgym.console import LIBRARY_LOG_FILE, redirect_output
 from agentgym.errors import ConfigError
 from agentgym.rollout.backends import GenerationBackend, SamplingParams, make_backend
 from agentgym.rollout.backends import resolve_backend as _resolve_backend
@@ -21,7 +22,7 @@ from agentgym.rollout.loop import RolloutConfig
 from agentgym.schema import EnvManagerSection, GeneratingArgs, TrainConfig
 from agentgym.trainers.grpo import RUN_CONFIG, GRPOConfig, TrainParts
 from agentgym.trainers.strategies import Strategy, build_strategy
-from agentgym.trainers.tracking import make_tracker
+from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
 
 
 def model_path(config: TrainConfig) -> Path:
@@ -95,9 +96,10 @@ def backend_name(config: TrainConfig) -> str:
 
 
 def generation_backend(
-    config: TrainConfig, path: Path, *, dtype: str, device: str
+    config: TrainConfig, path: Path, *, dtype: str, device: str, sync_dir: Path | None = None
 ) -> GenerationBackend:
-    """The generation backend for the policy at ``path``."""
+    """The generation backend for the policy at ``path`` (``sync_dir``: where weights
+    for a server are written, which it must be able to read)."""
     generation = config.generation
     per_request_seed = generation.per_request_seed
     if per_request_seed is None:
@@ -115,6 +117,7 @@ def generation_backend(
         base_url=generation.base_url,
         served_model_name=generation.served_model_name,
         per_request_seed=per_request_seed,
+        weight_sync_dir=str(sync_dir) if sync_dir is not None else None,
     )
 
 
@@ -199,12 +202,17 @@ def build_train(
     strategy = policy_strategy(config, path, needs_reference=grpo.needs_reference)
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    backend = generation_backend(
-        config, path, dtype=config.actor_infer.model_args.dtype, device=config.model.device
-    )
-    print(f"generation backend: {backend_name(config)}; model: {path}", flush=True)
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    with redirect_output(output_dir / LIBRARY_LOG_FILE):  # an engine process's own output
+        backend = generation_backend(
+            config,
+            path,
+            dtype=config.actor_infer.model_args.dtype,
+            device=config.model.device,
+            sync_dir=output_dir,
+        )
+    print(f"generation backend: {backend_name(config)}; model: {path}", flush=True)
     (output_dir / RUN_CONFIG).write_text(yaml.safe_dump(resolved, sort_keys=False))
     tracker = make_tracker(
         config.track_with,
@@ -214,6 +222,8 @@ def build_train(
         tracker_kwargs=config.tracker_kwargs,
         run_id=resume_run_id,
         resume_step=resume_step,
+        total_steps=config.max_steps,
+        console_log=output_dir / CONSOLE_LOG_FILE,
     )
     parts = TrainParts(
         strategy=strategy,

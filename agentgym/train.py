@@ -108,23 +108,25 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 def run(cfg: DictConfig) -> None:
     """Check the config, build the parts, train, and print the end-of-run summary."""
     from agentgym.builders import apply_system_envs, build_train
+    from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
     from agentgym.plot import plot_validation, read_metrics
     from agentgym.trainers.grpo import TrainingInterruptedError, train
-    from agentgym.trainers.tracking import METRICS_FILE
+    from agentgym.trainers.tracking import CONSOLE_LOG_FILE, METRICS_FILE
 
     started = time.perf_counter()
     config, resolved = check(cfg)
     apply_system_envs(config)
     state = resume_state(config)
-    grpo, parts = build_train(
-        config,
-        resolved,
-        resume_run_id=state.get("tracker_run_id") if state else None,
-        resume_step=int(state["step"]) if state else None,
-    )
-    resume = config.resume_from_checkpoint
+    output_dir = Path(config.output_dir)
     try:
-        train(grpo, parts, resume=resume)
+        with library_logs(output_dir / LIBRARY_LOG_FILE) as library:
+            grpo, parts = build_train(
+                config,
+                resolved,
+                resume_run_id=state.get("tracker_run_id") if state else None,
+                resume_step=int(state["step"]) if state else None,
+            )
+            train(grpo, parts, resume=config.resume_from_checkpoint)
     except TrainingInterruptedError as stop:
         where = f"last checkpoint: {stop.checkpoint}" if stop.checkpoint else "no checkpoint yet"
         kept = [a for a in sys.argv[1:] if not a.startswith(("output_dir=", "resume_from_"))]
@@ -134,22 +136,25 @@ def run(cfg: DictConfig) -> None:
             file=sys.stderr,
         )
         sys.exit(130)
+    log = output_dir / CONSOLE_LOG_FILE
     metrics_file = Path(config.logging_dir) / METRICS_FILE
     success = read_metrics(metrics_file, ["val/all/success"])["val/all/success"]
     if success:
         (first_step, first), (last_step, last) = success[0], success[-1]
-        print(
+        echo(
             f"validation success: {first:.3f} at step {first_step:g} -> "
-            f"{last:.3f} at step {last_step:g} ({(last - first) * 100:+.1f} points)"
+            f"{last:.3f} at step {last_step:g} ({(last - first) * 100:+.1f} points)",
+            log,
         )
-    print(f"finished in {time.perf_counter() - started:.0f} s; output: {config.output_dir}")
-    print(f"metrics: {metrics_file}")
-    plot = plot_validation(metrics_file, Path(config.output_dir) / "validation.png")
+    echo(f"finished in {time.perf_counter() - started:.0f} s; output: {output_dir}", log)
+    echo(f"metrics: {metrics_file}", log)
+    plot = plot_validation(metrics_file, output_dir / "validation.png")
     if plot is not None:
-        print(f"plot: {plot}")
-    print(f"checkpoints: {parts.checkpoint_dir}")
+        echo(f"plot: {plot}", log)
+    echo(f"checkpoints: {parts.checkpoint_dir}", log)
     if parts.render_dir is not None:
-        print(f"renders: {parts.render_dir / 'index.html'}")
+        echo(f"renders: {parts.render_dir / 'index.html'}", log)
+    echo(library.summary(), log)
 
 
 @hydra.main(version_base=None, config_path="configs", config_name="config")

