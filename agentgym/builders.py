@@ -7,6 +7,7 @@ pieces of it it needs) and returns one part; nothing here runs the recipe.
 from __future__ import annotations
 
 import os
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,14 @@ import yaml
 
 from agentgym.console import LIBRARY_LOG_FILE, redirect_output
 from agentgym.errors import ConfigError
+from agentgym.registry import env_versions
 from agentgym.rollout.backends import GenerationBackend, SamplingParams, make_backend
 from agentgym.rollout.backends import resolve_backend as _resolve_backend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvConfig, EnvManager
 from agentgym.rollout.loop import RolloutConfig
 from agentgym.schema import EnvManagerSection, GeneratingArgs, TrainConfig
+from agentgym.trainers.checkpoint import save_json_atomic
 from agentgym.trainers.grpo import RUN_CONFIG, GRPOConfig, TrainParts
 from agentgym.trainers.strategies import Strategy, build_strategy
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
@@ -198,6 +201,10 @@ def build_train(
     from transformers import AutoTokenizer
 
     grpo = grpo_config(config)
+    tags = dict.fromkeys([*config.train_env_manager.tags, *config.val_env_manager.tags])
+    envs = env_versions(
+        [dict(config.train_env_manager.env_configs).get(tag, {}).get("name", tag) for tag in tags]
+    )
     path = model_path(config)
     strategy = policy_strategy(config, path, needs_reference=grpo.needs_reference)
     tokenizer = AutoTokenizer.from_pretrained(str(path))
@@ -214,6 +221,10 @@ def build_train(
         )
     print(f"generation backend: {backend_name(config)}; model: {path}", flush=True)
     (output_dir / RUN_CONFIG).write_text(yaml.safe_dump(resolved, sort_keys=False))
+    save_json_atomic(
+        output_dir / "meta.json",
+        {"envs": envs, "model": str(path), "agentgym": version("agentgym"), "config": resolved},
+    )
     tracker = make_tracker(
         config.track_with,
         logging_dir=config.logging_dir,
@@ -224,6 +235,7 @@ def build_train(
         resume_step=resume_step,
         total_steps=config.max_steps,
         console_log=output_dir / CONSOLE_LOG_FILE,
+        header={"envs": envs},
     )
     parts = TrainParts(
         strategy=strategy,
@@ -242,7 +254,7 @@ def build_train(
         checkpoint_dir=output_dir / "checkpoints",
         render_dir=Path(config.render_save_dir) if config.render_save_dir else None,
         dump_dir=Path(config.rollout_dump_dir) if config.rollout_dump_dir else None,
-        meta={"config": resolved, "tokenizer": str(path)},
+        meta={"config": resolved, "tokenizer": str(path), "envs": envs},
         pad_token_id=pad,
     )
     return grpo, parts

@@ -91,6 +91,8 @@ class Trajectory:
             or not checked).
         retokenized: True when the model's ids differ from a plain
             tokenization of its text (non-canonical splits; not a drift).
+        unreported_info: Turns whose env did not report ``action_is_valid`` or
+            ``success`` itself (a plain Gymnasium env through the adapter).
     """
 
     env_name: str
@@ -110,6 +112,7 @@ class Trajectory:
     policy_version: int = 0
     prefix_drift: str | None = None
     retokenized: bool = False
+    unreported_info: int = 0
 
     @property
     def failed(self) -> bool:

@@ -239,7 +239,8 @@ class _EpisodeRunner:
                 trajectory.error = traceback.format_exc(limit=-8)
                 return
             turn.reward = float(reward)
-            turn.action_is_valid = bool(info.get("action_is_valid", True))
+            turn.action_is_valid = bool(info["action_is_valid"])  # the env contract
+            trajectory.unreported_info += bool(info.get("unreported_info"))
             turn.actions = list(info.get("actions", []))
             trajectory.score += turn.reward
             trajectory.success = bool(info.get("success", False))

@@ -40,6 +40,9 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
             metrics[prefix + "invalid_action_rate"] = sum(
                 not turn.action_is_valid for turn in turns
             ) / len(turns)
+            metrics[prefix + "unreported_info_rate"] = sum(t.unreported_info for t in played) / len(
+                turns
+            )
             metrics[prefix + "response_tokens"] = sum(
                 len(turn.response_ids) for turn in turns
             ) / len(turns)

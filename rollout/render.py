@@ -26,11 +26,13 @@ from agentgym.trajectory import Trajectory
 
 
 def trajectory_name(trajectory: Trajectory, step: int | None = None) -> str:
-    """A file stem such as ``step3_sokoban_seed42_g7_score10.30_pass``."""
+    """A file stem such as ``step3_sokoban_seed42_g7_score10.30_pass`` (a tag's
+    path separators, as in a Gymnasium id ``ns/Env-v0``, become ``-``)."""
     prefix = f"step{step}_" if step is not None else ""
     result = "pass" if trajectory.success else "fail"
+    tag = re.sub(r"[/\\:]", "-", trajectory.tag)
     return (
-        f"{prefix}{trajectory.tag}_seed{trajectory.seed}_g{trajectory.group_id}"
+        f"{prefix}{tag}_seed{trajectory.seed}_g{trajectory.group_id}"
         f"_score{trajectory.score:.2f}_{result}"
     )
 

@@ -81,6 +81,9 @@ class StdoutTracker:
             ``train.log``), or None.
         timer: The ETA's clock (a :class:`~agentgym.console.StepTimer` with a fake
             clock in tests).
+        header: Written as the file's first line, ``{"step": 0, "run": header}``
+            (e.g. the envs' ids and generator versions, so that a figure names
+            its ruleset); not on resume.
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class StdoutTracker:
         total_steps: int | None = None,
         console_log: str | Path | None = None,
         timer: StepTimer | None = None,
+        header: Mapping[str, Any] | None = None,
     ) -> None:
         self.run_id: str | None = None
         self.total_steps = total_steps
@@ -106,6 +110,8 @@ class StdoutTracker:
             if resume:
                 _trim_metrics_file(path, resume_step)
             self._file = path.open("a" if resume else "w", encoding="utf-8")
+            if header is not None and not resume:  # what the run is: its first line
+                self._file.write(json.dumps({"step": 0, "run": dict(header)}) + "\n")
         if self._console_log is not None:
             self._console_log.parent.mkdir(parents=True, exist_ok=True)
 
@@ -287,6 +293,7 @@ def make_tracker(
     resume_step: int | None = None,
     total_steps: int | None = None,
     console_log: str | Path | None = None,
+    header: Mapping[str, Any] | None = None,
 ) -> CompositeTracker:
     """Build the trackers named in ``kinds`` as one.
 
@@ -363,6 +370,7 @@ def make_tracker(
                 resume_step=resume_step,
                 total_steps=total_steps,
                 console_log=console_log,
+                header=header,
             )
     except BaseException:
         for tracker in built.values():

@@ -168,3 +168,12 @@ def test_pick_renders_takes_some_of_every_tag() -> None:
     ]
     assert pick_renders(trajectories, per_tag=0) == []
     assert pick_renders([], per_tag=3) == []
+
+
+def test_a_namespaced_tag_makes_a_flat_file_name(tmp_path: Path) -> None:
+    from agentgym.rollout.render import trajectory_name
+
+    trajectory = Trajectory("ns/Coin-v0", "ns/Coin-v0", group_id=1, seed=5)
+    name = trajectory_name(trajectory, step=2)
+    assert name == "step2_ns-Coin-v0_seed5_g1_score0.00_fail"
+    (tmp_path / f"{name}.html").write_text("ok")  # one file, no folder

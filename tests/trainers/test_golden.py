@@ -58,6 +58,7 @@ PINNED = {
         "train/all/trajectories": 8.0,
         "train/all/truncation_rate": 1.0,
         "train/all/turns": 2.0,
+        "train/all/unreported_info_rate": 0.0,
         "train/failed": 0.0,
         "train/sokoban/failed": 0.0,
         "train/sokoban/invalid_action_rate": 1.0,
@@ -70,6 +71,7 @@ PINNED = {
         "train/sokoban/trajectories": 8.0,
         "train/sokoban/truncation_rate": 1.0,
         "train/sokoban/turns": 2.0,
+        "train/sokoban/unreported_info_rate": 0.0,
     },
     2: {
         "actor/approx_kl": 0.13659159839153334,
@@ -97,6 +99,7 @@ PINNED = {
         "train/all/trajectories": 8.0,
         "train/all/truncation_rate": 1.0,
         "train/all/turns": 2.0,
+        "train/all/unreported_info_rate": 0.0,
         "train/failed": 0.0,
         "train/sokoban/failed": 0.0,
         "train/sokoban/invalid_action_rate": 1.0,
@@ -109,6 +112,7 @@ PINNED = {
         "train/sokoban/trajectories": 8.0,
         "train/sokoban/truncation_rate": 1.0,
         "train/sokoban/turns": 2.0,
+        "train/sokoban/unreported_info_rate": 0.0,
     },
 }
 

@@ -82,6 +82,11 @@ def test_train_with_hf_writes_metrics_checkpoints_and_renders(tmp_path: Path, ca
     steps = metrics(output)
     assert sorted(steps) == [1, 2, 3, 4]
     assert all(row["actor/updates"] == 1.0 for row in steps.values())  # 8 samples, 4 × 2 a step
+    # the run names its ruleset: each env's full id and generator version
+    sokoban = {"id": "agentgym/Sokoban-v0", "generator_version": 1, "plugin": None}
+    first = json.loads((output / "logs" / "metrics.jsonl").read_text().splitlines()[0])
+    assert first == {"step": 0, "run": {"envs": {"sokoban": sokoban}}}
+    assert json.loads((output / "meta.json").read_text())["envs"] == {"sokoban": sokoban}
     assert all(row["actor/grad_norm"] > 0 for row in steps.values())
     assert (output / "checkpoints" / "latest").read_text().strip() == "checkpoint-4"
     assert (output / "checkpoints" / "checkpoint-4" / "model" / "config.json").is_file()

@@ -1,0 +1,192 @@
+"""Every example command in the README runs, shortened to a step or two, and does
+what its text says. (The commands of "Your own envs" need the docs' plugin
+packages: tests/envs/test_docs_commands.py runs those.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+README = Path(__file__).parents[1] / "README.md"
+SKIPPED_SECTIONS = ("### Your own envs",)
+
+# A step or two on the tiny model: the keys a training example does not set itself.
+FAST = {
+    "env": "sokoban",
+    "max_steps": "2",
+    "save_steps": "1",
+    "eval_steps": "2",
+    "max_turns": "2",
+    "rollout_mode": "trajectory",
+    "step_advantage_weight": "0",
+    "train_env_manager.env_groups": "2",
+    "train_env_manager.group_size": "4",
+    "rollout_batch_size": "8",
+    "val_batch_size": "2",
+    "val_env_manager.env_groups": "2",
+    "actor_train.training_args.per_device_train_batch_size": "4",
+    "actor_train.training_args.gradient_accumulation_steps": "2",
+    "model.warm_start": "null",
+}
+
+
+def readme_commands() -> list[str]:
+    """The shell commands of the README's bash blocks (continuations joined, comments cut)."""
+    text = README.read_text()
+    for section in SKIPPED_SECTIONS:
+        start = text.index(section)
+        end = min(
+            text.find(mark, start + len(section)) % (len(text) + 1) for mark in ("\n## ", "\n### ")
+        )
+        text = text[:start] + text[end:]
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL):
+        for command in block.replace("\\\n", " ").splitlines():
+            command = re.sub(r"\s+#.*$", "", command).strip()
+            if "-m agentgym." in command or "-m vllm." in command:
+                found.append(" ".join(command.split()))
+    return list(dict.fromkeys(found))
+
+
+COMMANDS = readme_commands()
+SERVER = next(c for c in COMMANDS if "-m vllm.entrypoints" in c)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def split(command: str) -> tuple[dict[str, str], list[str]]:
+    """Leading ``VAR=value`` assignments and the argument list."""
+    words = shlex.split(command)
+    env = {}
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+        key, value = words.pop(0).split("=", 1)
+        env[key] = value
+    return env, words
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The README's vLLM server command, on a free port, serving the tiny model."""
+    if os.environ.get("AGENTGYM_REQUIRE_VLLM") != "1":
+        pytest.importorskip("vllm")
+    port = free_port()
+    env, words = split(SERVER.replace("DIR", str(tiny_model_dir)).replace("8000", str(port)))
+    words[0] = sys.executable if words[0] == "python" else words[0]
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            words, stdout=output, stderr=subprocess.STDOUT, env={**os.environ, **env}
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"the README's server exited:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the README's server did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short training run for the examples that evaluate one (RUN)."""
+    root = tmp_path_factory.mktemp("readme-run")
+    words = [sys.executable, "-m", "agentgym.train", *(f"{k}={v}" for k, v in FAST.items())]
+    cache = root / "cache"
+    words += [f"model.cache_dir={cache}", "generation=hf", f"output_dir={root / 'run'}"]
+    result = subprocess.run(words, capture_output=True, text=True, cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "run"
+
+
+def shortened(words: list[str], tmp_path: Path) -> list[str]:
+    """A training command with FAST's values for the keys it does not set (and its
+    own step count cut to FAST's)."""
+    own = {w.split("=", 1)[0] for w in words if "=" in w}
+    keep = {"max_steps", "rollout_batch_size"} & own
+    words = [w for w in words if w.split("=", 1)[0] not in keep]
+    fast = [f"{k}={v}" for k, v in FAST.items() if k not in own or k in keep]
+    if "env" in own:  # the command's env sets its own kwargs
+        fast = [w for w in fast if not w.startswith("env=")]
+    if not any(w.startswith("output_dir=") for w in words):
+        fast.append(f"output_dir={tmp_path / 'run'}")
+    return [*words, *fast, f"model.cache_dir={tmp_path / 'cache'}"]
+
+
+def localized(command: str, tiny_model_dir: Path, run_dir: Path, tmp_path: Path) -> list[str]:
+    """The command with its placeholders filled in and its paths inside ``tmp_path``."""
+    command = command.replace("/models/Qwen2.5-0.5B-Instruct", str(tiny_model_dir))
+    command = re.sub(r"\bDIR\b", str(tiny_model_dir), command)
+    command = re.sub(r"\bRUN\b", str(run_dir), command).replace("NAME", "tiny")
+    command = command.replace("output_dir=runs/", f"output_dir={tmp_path}/runs/")
+    import torch
+
+    if not torch.cuda.is_available():  # the GPU example, on this machine's CPU
+        command = command.replace("model.device=cuda", "model.device=cpu")
+        command = command.replace("model.dtype=bfloat16", "model.dtype=float32")
+    _, words = split(command)
+    words[:1] = [sys.executable] if words[0] in ("python", ".venv/bin/python") else words[:1]
+    return words
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c != SERVER])
+def test_readme_command(
+    command: str, tmp_path: Path, tiny_model_dir: Path, request: pytest.FixtureRequest
+) -> None:
+    run_dir = request.getfixturevalue("run_dir") if "RUN" in command else tmp_path
+    if "generation=openai" in command:
+        command = command.replace("http://127.0.0.1:8000", request.getfixturevalue("server"))
+    words = localized(command, tiny_model_dir, run_dir, tmp_path)
+    module = words[2]
+    stdin = ""
+    if module == "agentgym.play":
+        stdin = ":q\n"
+    elif module == "agentgym.eval":
+        words.append(f"hydra.run.dir={tmp_path / 'eval'}")
+    elif module == "agentgym.train":
+        words = shortened(words, tmp_path)
+        if "resume_from_checkpoint=true" in words:  # the run it continues comes first
+            first = [w for w in words if w != "resume_from_checkpoint=true"]
+            first = [w if not w.startswith("max_steps=") else "max_steps=1" for w in first]
+            done = subprocess.run(first, capture_output=True, text=True, cwd=tmp_path)
+            assert done.returncode == 0, done.stderr[-3000:]
+    result = subprocess.run(words, capture_output=True, text=True, cwd=tmp_path, input=stdin)
+    assert result.returncode == 0, f"{' '.join(words)}\n{result.stderr[-3000:]}"
+    if module == "agentgym.eval":
+        report = json.loads((tmp_path / "eval" / "eval.json").read_text())
+        assert report["metrics"]["all/failed"] == 0
+        solver = "agent=solver" in command or not re.search(r"agent=|model\.path=", command)
+        if solver:
+            assert report["metrics"]["all/success"] == 1.0  # the solver solves every room
+    if module == "agentgym.train":
+        assert "validation success: " in result.stdout
+        if "resume_from_checkpoint=true" in words:
+            assert "resumed from " in result.stdout
