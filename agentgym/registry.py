@@ -21,7 +21,6 @@ records, each env's full id and its generator version.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.metadata
 import inspect
@@ -32,6 +31,8 @@ from typing import Any
 
 import gymnasium
 from gymnasium.envs.registration import load_env_creator
+
+from agentgym.errors import did_you_mean
 
 NAMESPACE = "agentgym"
 ENTRY_POINT_GROUP = "agentgym.envs"
@@ -205,11 +206,7 @@ def spec(name_or_id: str) -> EnvSpec:
         found = _gymnasium_spec(name_or_id)
     if found is None:
         candidates = sorted(_SPECS) + sorted(_BY_ID)
-        close = difflib.get_close_matches(name_or_id, candidates, n=3, cutoff=0.6)
-        if not close:
-            lowered = {c.lower(): c for c in candidates}
-            close = [lowered[c] for c in difflib.get_close_matches(name_or_id.lower(), lowered)]
-        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        hint = did_you_mean(name_or_id, candidates, n=3)
         raise UnknownEnvError(
             f"Unknown env {name_or_id!r}.{hint} Registered envs: {sorted(_SPECS)}. "
             f"Third-party envs are added through the {ENTRY_POINT_GROUP!r} entry-point group."
@@ -267,8 +264,7 @@ def make(name_or_id: str, **kwargs: Any) -> gymnasium.Env[str, str]:
         bad, valid = unexpected.group(1), constructor_arguments(found)
         if bad in valid:  # raised inside the constructor, not about make()'s arguments
             raise
-        close = difflib.get_close_matches(bad, valid, n=2)
-        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        hint = did_you_mean(bad, valid, n=2)
         raise TypeError(
             f"Env {found.name!r} got an unexpected argument {bad!r}.{hint} Valid arguments: {valid}"
         ) from exc

@@ -12,7 +12,6 @@ asked for, here and nowhere else.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import json
 import logging
@@ -25,6 +24,7 @@ from typing import IO, Any, Protocol, runtime_checkable
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from agentgym.console import STEP_TIME, StepTimer, echo, format_line, is_validation
+from agentgym.errors import did_you_mean
 
 logger = logging.getLogger(__name__)
 
@@ -417,7 +417,7 @@ def _parse_kinds(kinds: Sequence[str] | str) -> list[str]:
         if name not in TRACKERS:
             raise ValueError(
                 f"Unknown tracker {kind!r} in track_with; valid options: {list(TRACKERS)}"
-                + _did_you_mean(name, TRACKERS)
+                + did_you_mean(name, TRACKERS)
             )
         if name not in names:
             names.append(name)
@@ -464,7 +464,7 @@ def _split_kwargs(
                 if key not in valid:
                     raise ValueError(
                         f"tracker_kwargs.{kind}.{key} is not an argument of the {kind} tracker; "
-                        f"valid keys: {valid}" + _did_you_mean(key, valid)
+                        f"valid keys: {valid}" + did_you_mean(key, valid)
                     )
             per_kind[kind] = _plain(section)
         return per_kind
@@ -478,16 +478,11 @@ def _split_kwargs(
             valid = sorted(set().union(*accepted.values()))
             raise ValueError(
                 f"tracker_kwargs.{key}={value!r} is not an argument of the chosen trackers "
-                f"{list(names)}; valid keys: {valid}" + _did_you_mean(key, valid)
+                f"{list(names)}; valid keys: {valid}" + did_you_mean(key, valid)
             )
         for name in takers:
             per_kind[name][key] = _plain(value)
     return per_kind
-
-
-def _did_you_mean(word: str, options: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, options, n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _trim_metrics_file(path: Path, resume_step: int | None) -> None:

@@ -7,13 +7,13 @@ schema and tools that fail all become error outcomes, never exceptions.
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from agentgym.envs.tools.protocol import ToolCall
+from agentgym.errors import did_you_mean
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +113,7 @@ def check_call(tools: Mapping[str, Tool], call: ToolCall) -> ToolOutcome | None:
         return error_outcome(call.error or "unreadable tool call")
     tool = tools.get(call.name)
     if tool is None:
-        close = difflib.get_close_matches(call.name, list(tools), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(call.name, tools)
         return error_outcome(f"unknown tool {call.name!r}.{hint} Available tools: {list(tools)}")
     problem = validate_arguments(tool.parameters, call.arguments)
     if problem is not None:

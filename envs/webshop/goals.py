@@ -16,7 +16,6 @@ synthetic goals, and only their indices are kept.
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ import numpy as np
 
 from agentgym.envs.webshop.catalog import Catalog, Product, WebShopConfigError
 from agentgym.envs.webshop.reward import GoalSpec
+from agentgym.errors import did_you_mean
 
 NO_PRICE_BOUND = 1_000_000.0
 PRICE_STEPS = 99  # WebShop's PRICE_RANGE: $10, $20, ..., $990
@@ -173,8 +173,7 @@ class GoalSet:
             WebShopConfigError: If the split is unknown or has no goals here.
         """
         if name not in SPLITS:
-            close = difflib.get_close_matches(name, list(SPLITS), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(name, SPLITS)
             raise WebShopConfigError(f"Unknown split {name!r}.{hint} Valid options: {list(SPLITS)}")
         start, stop = SPLITS[name]
         positions = range(start, len(self) if stop is None else min(stop, len(self)))

@@ -26,7 +26,6 @@ score = (matched attributes + matched goal options + price ok)
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -34,6 +33,7 @@ from thefuzz import fuzz  # type: ignore[import-untyped]  # no stubs; mypy confi
 
 from agentgym.envs.webshop.catalog import Product, WebShopConfigError
 from agentgym.envs.webshop.normalize import normalize_color
+from agentgym.errors import did_you_mean
 
 FUZZY_THRESHOLD = 85
 """Matches need ``token_set_ratio`` strictly above this."""
@@ -189,8 +189,7 @@ def check_option_scoring(name: str) -> str:
         UnknownOptionScoringError: Naming the valid options and a close match.
     """
     if name not in OPTION_SCORINGS:
-        close = difflib.get_close_matches(name, list(OPTION_SCORINGS), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(name, OPTION_SCORINGS)
         raise UnknownOptionScoringError(
             f"option_scoring={name!r} is not supported.{hint} "
             f"Valid options: {list(OPTION_SCORINGS)}"

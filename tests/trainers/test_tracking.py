@@ -432,12 +432,12 @@ def test_unknown_tracker_names_the_options_and_a_close_match(tmp_path):
     with pytest.raises(ValueError, match="Unknown tracker 'tensorbord'") as error:
         make_tracker(["stdout", "tensorbord"], logging_dir=tmp_path, exp_name="exp")
     assert str(list(TRACKERS)) in str(error.value)
-    assert "did you mean 'tensorboard'?" in str(error.value)
+    assert "Did you mean 'tensorboard'?" in str(error.value)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_unknown_tracker_kwargs_are_refused_with_a_close_match(tmp_path):
-    with pytest.raises(ValueError, match=r"tracker_kwargs.projcet='x'.*did you mean 'project'"):
+    with pytest.raises(ValueError, match=r"tracker_kwargs.projcet='x'.*Did you mean 'project'"):
         make_tracker("wandb", logging_dir=tmp_path, exp_name="exp", tracker_kwargs={"projcet": "x"})
     with pytest.raises(ValueError, match=r"tracker_kwargs.project='x' is not an argument"):
         make_tracker(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -13,6 +12,7 @@ from agentgym.envs.tools.protocol import format_call
 from agentgym.envs.tools.sandbox import PythonSandbox, SandboxLimits
 from agentgym.envs.tools.toolbox import MAX_CALLS_PER_TURN, MAX_RESULT_CHARS, ToolBox
 from agentgym.envs.tools.tools import Tool, ToolError
+from agentgym.errors import did_you_mean
 
 PYTHON_PARAMETERS = {
     "type": "object",
@@ -103,8 +103,7 @@ class MathToolEnv(TextEnv):
         kinds = list(problems) if problems is not None else list(GENERATORS)
         for kind in kinds:
             if kind not in GENERATORS:
-                close = difflib.get_close_matches(kind, list(GENERATORS), n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
+                hint = did_you_mean(kind, GENERATORS)
                 raise ValueError(
                     f"Unknown problem kind {kind!r}.{hint} Valid kinds: {list(GENERATORS)}"
                 )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 import shutil
 import sqlite3
@@ -20,6 +19,7 @@ from agentgym.envs.tools.sql.database import SCHEMA, generate_shop, write_databa
 from agentgym.envs.tools.sql.questions import TEMPLATES, SQLQuestion, make_question, same_result
 from agentgym.envs.tools.toolbox import MAX_CALLS_PER_TURN, MAX_RESULT_CHARS, ToolBox
 from agentgym.envs.tools.tools import Tool, ToolError
+from agentgym.errors import did_you_mean
 
 SQL_PARAMETERS = {
     "type": "object",
@@ -82,8 +82,7 @@ class SQLEnv(TextEnv):
         kinds = list(questions) if questions is not None else list(TEMPLATES)
         for kind in kinds:
             if kind not in TEMPLATES:
-                close = difflib.get_close_matches(kind, list(TEMPLATES), n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
+                hint = did_you_mean(kind, TEMPLATES)
                 raise ValueError(f"Unknown question kind {kind!r}.{hint} Valid: {list(TEMPLATES)}")
         if not kinds:
             raise ValueError(f"questions must name at least one of {list(TEMPLATES)}")
