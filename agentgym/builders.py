@@ -15,6 +15,7 @@ import yaml
 
 from agentgym.console import LIBRARY_LOG_FILE, redirect_output
 from agentgym.errors import ConfigError
+from agentgym.fileio import write_atomic, write_json_atomic
 from agentgym.registry import env_versions
 from agentgym.rollout.backends import GenerationBackend, SamplingParams, make_backend
 from agentgym.rollout.backends import resolve_backend as _resolve_backend
@@ -22,7 +23,6 @@ from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvConfig, EnvManager
 from agentgym.rollout.loop import RolloutConfig
 from agentgym.schema import EnvManagerSection, GeneratingArgs, TrainConfig
-from agentgym.trainers.checkpoint import save_json_atomic
 from agentgym.trainers.grpo import RUN_CONFIG, GRPOConfig, TrainParts
 from agentgym.trainers.strategies import Strategy, build_strategy
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
@@ -220,8 +220,8 @@ def build_train(
             sync_dir=output_dir,
         )
     print(f"generation backend: {backend_name(config)}; model: {path}", flush=True)
-    (output_dir / RUN_CONFIG).write_text(yaml.safe_dump(resolved, sort_keys=False))
-    save_json_atomic(
+    write_atomic(output_dir / RUN_CONFIG, yaml.safe_dump(resolved, sort_keys=False))
+    write_json_atomic(
         output_dir / "meta.json",
         {"envs": envs, "model": str(path), "agentgym": version("agentgym"), "config": resolved},
     )

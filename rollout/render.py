@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from agentgym.fileio import write_json_atomic
 from agentgym.trajectory import Trajectory
 
 
@@ -304,9 +304,7 @@ def dump_trajectories(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if meta is not None:
-        temporary = directory / "meta.json.tmp"
-        temporary.write_text(json.dumps(dict(meta), indent=2, default=str), encoding="utf-8")
-        os.replace(temporary, directory / "meta.json")
+        write_json_atomic(directory / "meta.json", dict(meta), default=str)
     path = directory / f"{name}.jsonl"
     with path.open("a", encoding="utf-8") as handle:
         for trajectory in trajectories:

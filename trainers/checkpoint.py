@@ -30,6 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentgym.fileio import fsync_dir, write_atomic
+
 logger = logging.getLogger(__name__)
 
 COMPLETE_MARKER = "COMPLETE"
@@ -108,7 +110,7 @@ def save_checkpoint(
         old = root / f"{_OLD_PREFIX}{step}-{secrets.token_hex(4)}"
         os.rename(final, old)
     os.rename(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     _point_latest(root, final.name)
@@ -154,21 +156,6 @@ def latest_checkpoint(root: str | Path) -> Path | None:
 def is_complete(path: str | Path) -> bool:
     """Whether ``path`` is a checkpoint folder whose save finished."""
     return (Path(path) / COMPLETE_MARKER).is_file()
-
-
-def save_json_atomic(path: str | Path, obj: Any, *, indent: int | None = 2) -> None:
-    """Write ``obj`` as JSON so that readers see the old file or the new, never a part.
-
-    The text goes to a temporary file in the same folder, is fsynced, and
-    replaces ``path`` with :func:`os.replace`.
-
-    Args:
-        path: The destination file (its folder must exist).
-        obj: A JSON-serializable object.
-        indent: JSON indentation; ``None`` for one line.
-    """
-    path = Path(path)
-    _replace_atomic(path, (json.dumps(obj, indent=indent) + "\n").encode())
 
 
 def rng_state() -> dict[str, Any]:
@@ -256,7 +243,7 @@ def _complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
 
 
 def _point_latest(root: Path, name: str) -> None:
-    _replace_atomic(root / LATEST_FILE, (name + "\n").encode(), tmp_prefix=_LATEST_TMP_PREFIX)
+    write_atomic(root / LATEST_FILE, (name + "\n").encode(), tmp_prefix=_LATEST_TMP_PREFIX)
 
 
 def _prune(root: Path, *, keep: Path, keep_last: int | None) -> None:
@@ -281,20 +268,6 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _replace_atomic(path: Path, data: bytes, *, tmp_prefix: str | None = None) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=tmp_prefix or f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
 def _write_synced(path: Path, data: bytes) -> None:
     with path.open("wb") as file:
         file.write(data)
@@ -314,15 +287,4 @@ def _fsync_tree(folder: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(Path(dirpath))
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make renames and new entries in ``folder`` durable (POSIX; a no-op elsewhere)."""
-    if os.name != "posix":
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(Path(dirpath))

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import yaml
 
+from agentgym.fileio import write_json_atomic
 from agentgym.rollout.backends.base import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
@@ -37,7 +38,6 @@ from agentgym.trainers.checkpoint import (
     latest_checkpoint,
     rng_state,
     save_checkpoint,
-    save_json_atomic,
     set_rng_state,
 )
 from agentgym.trainers.losses import (
@@ -484,7 +484,7 @@ def checkpoint(parts: TrainParts, step: int) -> Path:
         parts.strategy.save(directory)
         torch.save(rng_state(), directory / "rng.pt")
         (directory / RUN_CONFIG).write_text(yaml.safe_dump(parts.meta["config"], sort_keys=False))
-        save_json_atomic(
+        write_json_atomic(
             directory / "trainer_state.json",
             {
                 "step": step,

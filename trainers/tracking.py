@@ -25,6 +25,7 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 
 from agentgym.console import STEP_TIME, StepTimer, echo, format_line, is_validation
 from agentgym.errors import did_you_mean
+from agentgym.fileio import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -503,9 +504,7 @@ def _trim_metrics_file(path: Path, resume_step: int | None) -> None:
                 continue
         kept.append(line)
     if len(kept) != len(lines):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(kept), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, "".join(kept))
 
 
 def _plain(value: Any) -> Any:

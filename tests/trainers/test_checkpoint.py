@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from agentgym.fileio import write_json_atomic
 from agentgym.trainers.checkpoint import (
     COMPLETE_MARKER,
     LATEST_FILE,
@@ -22,7 +23,6 @@ from agentgym.trainers.checkpoint import (
     latest_checkpoint,
     rng_state,
     save_checkpoint,
-    save_json_atomic,
     set_rng_state,
 )
 
@@ -222,10 +222,10 @@ def test_numpy_and_torch_integer_steps_are_accepted(tmp_path):
     assert [path.name for path in paths] == ["checkpoint-4", "checkpoint-5"]
 
 
-def test_save_json_atomic_replaces_the_file(tmp_path):
+def test_write_json_atomic_replaces_the_file(tmp_path):
     path = tmp_path / "state.json"
-    save_json_atomic(path, {"cursor": 1})
-    save_json_atomic(path, {"cursor": 2, "tags": ["a"]})
+    write_json_atomic(path, {"cursor": 1})
+    write_json_atomic(path, {"cursor": 2, "tags": ["a"]})
 
     assert json.loads(path.read_text()) == {"cursor": 2, "tags": ["a"]}
     assert names(tmp_path) == ["state.json"]

@@ -1,0 +1,58 @@
+"""Atomic file writes: a reader sees the old file or the new one, never a part."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def fsync_dir(folder: str | Path) -> None:
+    """Make a folder's entries (a rename into it) durable (POSIX; a no-op elsewhere)."""
+    if os.name != "posix":
+        return
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def write_atomic(path: str | Path, data: bytes | str, *, tmp_prefix: str | None = None) -> None:
+    """Write ``data`` to ``path`` through a synced temporary file in the same folder
+    and :func:`os.replace`.
+
+    Args:
+        path: The destination file (its folder must exist).
+        data: Bytes, or text written as UTF-8.
+        tmp_prefix: The temporary file's name prefix (default ``.{name}.``).
+    """
+    path = Path(path)
+    payload = data.encode() if isinstance(data, str) else data
+    fd, tmp_name = tempfile.mkstemp(prefix=tmp_prefix or f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(payload)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_json_atomic(
+    path: str | Path, obj: Any, *, indent: int | None = 2, default: Any = None
+) -> None:
+    """Write ``obj`` as JSON atomically (see :func:`write_atomic`).
+
+    Args:
+        path: The destination file (its folder must exist).
+        obj: A JSON-serializable object.
+        indent: JSON indentation; ``None`` for one line.
+        default: ``json.dumps``'s fallback for other objects (e.g. ``str``).
+    """
+    write_atomic(path, json.dumps(obj, indent=indent, default=default) + "\n")
