@@ -145,3 +145,18 @@ def agentgym_make_text(name: str) -> Any:
     import agentgym
 
     return agentgym.make(name).unwrapped
+
+
+def test_play_does_not_import_torch(tmp_path: Path) -> None:
+    script = (
+        "import runpy, sys\n"
+        "sys.argv = ['play', 'sokoban', '--seed', '3']\n"
+        "try:\n    runpy.run_module('agentgym.play', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print('heavy:', sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], input=":q\n", capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "heavy: []" in result.stdout
