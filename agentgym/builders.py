@@ -226,7 +226,7 @@ def build_train(
         {"envs": envs, "model": str(path), "agentgym": version("agentgym"), "config": resolved},
     )
     tracker = make_tracker(
-        config.track_with,
+        ["stdout", *(kind for kind in config.track_with if kind != "stdout")],  # always our lines
         logging_dir=config.logging_dir,
         exp_name=config.exp_name,
         config=resolved,

@@ -40,9 +40,10 @@ from agentgym.errors import ConfigError, check_choice
 from agentgym.rollout.backends import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.loop import RolloutResult, collect
+from agentgym.rollout.metrics import failure_report
 from agentgym.rollout.render import dump_trajectories, render_trajectories
 from agentgym.schema import TrainConfig, validate
-from agentgym.train import register_env_configs
+from agentgym.train import open_mapping_overrides, register_env_configs
 from agentgym.trainers.checkpoint import latest_checkpoint
 from agentgym.trainers.grpo import RUN_CONFIG
 
@@ -274,11 +275,14 @@ def run(cfg: DictConfig) -> None:
         }
         path = dump_trajectories(result.trajectories, cfg.rollout_dump_dir, meta=meta)
         print(f"dump: {path}")
+    failures = failure_report(result.trajectories)
+    if failures.failed == len(result.trajectories):  # nothing was evaluated: say why
+        print(f"every episode failed; {failures.messages[0]}", file=sys.stderr)
+        sys.exit(1)
 
 
 @hydra.main(version_base=None, config_path="configs", config_name="eval")
-def main(cfg: DictConfig) -> None:
-    """Hydra entry point: see ``configs/eval.yaml``."""
+def _hydra_main(cfg: DictConfig) -> None:
     try:
         run(cfg)
     except ConfigError as error:
@@ -286,7 +290,12 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
 
 
-register_env_configs()  # env=<plugin name> works without a YAML file
+def main() -> None:
+    """``python -m agentgym.eval [key=value ...]``: see ``configs/eval.yaml``."""
+    register_env_configs()  # env=<plugin name> works without a YAML file
+    sys.argv[1:] = open_mapping_overrides(sys.argv[1:])  # env.kwargs.x=1 needs no '+'
+    _hydra_main()
+
 
 if __name__ == "__main__":
     main()

@@ -36,6 +36,23 @@ def register_env_configs() -> None:
             store.store(group="env", name=name, node={"name": name, "kwargs": {}})
 
 
+def open_mapping_overrides(arguments: Sequence[str]) -> list[str]:
+    """Keys under free-form mappings (``env.kwargs.*``, ``strategy_config.*``, ...)
+    become ``++key=value``, so a new constructor argument needs no ``+``."""
+    opened = []
+    for argument in arguments:
+        key, equals, value = argument.partition("=")
+        bare = key.lstrip("+~")
+        if equals and not key.startswith("~") and bare.startswith(OPEN_PREFIXES):
+            opened.append(f"++{bare}={value}")
+        else:
+            opened.append(argument)
+    return opened
+
+
+OPEN_PREFIXES = tuple(f"{prefix}." for prefix in OPEN_MAPPINGS)
+
+
 def check_overrides(arguments: Sequence[str]) -> list[str]:
     """Check the command line's ``key=value`` overrides against the schema.
 
@@ -49,25 +66,15 @@ def check_overrides(arguments: Sequence[str]) -> list[str]:
         ConfigError: On an unknown key, with the closest known key.
     """
     known = set(known_paths())
-    checked = []
     for argument in arguments:
-        key, equals, value = argument.partition("=")
+        key, equals, _ = argument.partition("=")
         bare = key.lstrip("+~")
-        if (
-            argument.startswith("-")
-            or not equals
-            or "@" in bare
-            or bare.startswith("hydra")
-            or bare in CONFIG_GROUPS
-            or bare in known
-        ):
-            checked.append(argument)
-        elif any(bare.startswith(prefix + ".") for prefix in OPEN_MAPPINGS):
-            checked.append(f"++{bare}={value}")
-        else:
+        if argument.startswith("-") or not equals or "@" in bare or bare.startswith("hydra"):
+            continue
+        if bare not in CONFIG_GROUPS and bare not in known and not bare.startswith(OPEN_PREFIXES):
             hint = did_you_mean(bare, known) or did_you_mean(bare.split(".")[-1], known)
             raise ConfigError(f"unknown key {bare!r} in {argument!r}.{hint}")
-    return checked
+    return open_mapping_overrides(arguments)
 
 
 def check(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any]]:

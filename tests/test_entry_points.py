@@ -153,10 +153,24 @@ def test_play_does_not_import_torch(tmp_path: Path) -> None:
         "sys.argv = ['play', 'sokoban', '--seed', '3']\n"
         "try:\n    runpy.run_module('agentgym.play', run_name='__main__')\n"
         "except SystemExit:\n    pass\n"
-        "print('heavy:', sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))\n"
+        "heavy = [m for m in ('torch', 'transformers', 'vllm') if m in sys.modules]\n"
+        "print('heavy:', heavy)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", script], input=":q\n", capture_output=True, text=True, cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
     assert "heavy: []" in result.stdout
+
+
+def test_eval_says_why_when_every_episode_failed(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from tests.servers import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    result = run(
+        "agentgym.eval", "env=sokoban", f"model.path={tiny_model_dir}", "generation=openai",
+        f"generation.base_url={url}", "episodes=2", f"hydra.run.dir={tmp_path}", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "every episode failed; 2 episode(s) ended with generation_error" in result.stderr
+    assert f"POST {url}/v1/completions failed" in result.stderr

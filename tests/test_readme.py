@@ -8,15 +8,14 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
+
+from tests.servers import free_port, running_server
 
 README = Path(__file__).parents[1] / "README.md"
 SKIPPED_SECTIONS = ("### Your own envs",)
@@ -28,8 +27,6 @@ FAST = {
     "save_steps": "1",
     "eval_steps": "2",
     "max_turns": "2",
-    "rollout_mode": "trajectory",
-    "step_advantage_weight": "0",
     "train_env_manager.env_groups": "2",
     "train_env_manager.group_size": "4",
     "rollout_batch_size": "8",
@@ -63,12 +60,6 @@ COMMANDS = readme_commands()
 SERVER = next(c for c in COMMANDS if "-m vllm.entrypoints" in c)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def split(command: str) -> tuple[dict[str, str], list[str]]:
     """Leading ``VAR=value`` assignments and the argument list."""
     words = shlex.split(command)
@@ -85,34 +76,12 @@ def server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     if os.environ.get("AGENTGYM_REQUIRE_VLLM") != "1":
         pytest.importorskip("vllm")
     port = free_port()
-    env, words = split(SERVER.replace("DIR", str(tiny_model_dir)).replace("8000", str(port)))
+    command = SERVER.replace("DIR", str(tiny_model_dir)).replace("8000", str(port))
+    env, words = split(command.replace("NAME", "tiny"))
     words[0] = sys.executable if words[0] == "python" else words[0]
     log = tmp_path_factory.mktemp("server") / "server.log"
-    with log.open("w") as output:
-        process = subprocess.Popen(
-            words, stdout=output, stderr=subprocess.STDOUT, env={**os.environ, **env}
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"the README's server exited:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the README's server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
+    with running_server(words, {**os.environ, **env}, log, f"http://127.0.0.1:{port}") as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +100,9 @@ def shortened(words: list[str], tmp_path: Path) -> list[str]:
     """A training command with FAST's values for the keys it does not set (and its
     own step count cut to FAST's)."""
     own = {w.split("=", 1)[0] for w in words if "=" in w}
-    keep = {"max_steps", "rollout_batch_size"} & own
+    batch = ("actor_train.training_args.per_device_train_batch_size",
+             "actor_train.training_args.gradient_accumulation_steps")  # fmt: skip
+    keep = {"max_steps", "rollout_batch_size", *batch} & own
     words = [w for w in words if w.split("=", 1)[0] not in keep]
     fast = [f"{k}={v}" for k, v in FAST.items() if k not in own or k in keep]
     if "env" in own:  # the command's env sets its own kwargs

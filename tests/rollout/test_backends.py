@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -30,6 +26,7 @@ from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, collect
 from agentgym.trajectory import Trajectory
 from tests.conftest import masked_spans
+from tests.servers import free_port, running_server
 
 TOLERANCE = 1e-4
 TEMPERATURE = 0.7  # engines report logprobs of the distribution they sample from
@@ -118,12 +115,6 @@ def test_vllm_backend(tiny_model_dir: Path, model: Any, tiny_tokenizer: Any) -> 
     asyncio.run(scenario())
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     require_vllm()
@@ -140,29 +131,8 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
         "--kv-cache-memory-bytes", str(64 << 20),
         "--worker-extension-cls", WORKER_EXTENSION, "--logprobs-mode", "processed_logprobs",
     ]  # fmt: skip
-    with log.open("w") as output:
-        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"vLLM server exited:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
+    with running_server(command, env, log, f"http://127.0.0.1:{port}") as url:
         yield url
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 def test_openai_backend_against_a_real_server(

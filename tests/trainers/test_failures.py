@@ -4,12 +4,12 @@ non-zero exit and the first traceback; nothing trains on all-failed rollouts."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.servers import free_port
 from tests.trainers.test_train_e2e import command
 
 CRASHING_PLUGIN = '''
@@ -67,12 +67,6 @@ def test_a_plugin_env_that_always_fails_stops_the_run_with_its_traceback(
     assert "RuntimeError: crashing_env cannot reset: its data file is missing" in result.stderr
     assert "agentgym_crash_plugin.py" in result.stderr  # the env's own frame, not just ours
     assert not (tmp_path / "run" / "checkpoints").exists()  # it never trained
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_a_dead_openai_server_stops_the_run(tmp_path: Path, cache: Path) -> None:
