@@ -58,6 +58,7 @@ def test_library_logs_and_warnings_go_to_the_file_and_the_summary(
 
     assert logging.getLogger("torch").handlers, "torch prints its warnings with its own handler"
     torch_handlers = list(logging.getLogger("torch").handlers)
+    propagates = logging.getLogger("transformers").propagate  # as earlier tests left it
     root = bare_root(monkeypatch)
     log_file = tmp_path / "run" / "libraries.log"
     with library_logs(log_file) as logs:
@@ -105,7 +106,7 @@ def test_library_logs_and_warnings_go_to_the_file_and_the_summary(
     # everything is back as it was
     assert root.handlers == []
     assert logging.getLogger("torch").handlers == torch_handlers
-    assert not logging.getLogger("transformers").propagate
+    assert logging.getLogger("transformers").propagate == propagates
     assert hf_logging.is_progress_bar_enabled()
     assert "VLLM_LOGGING_CONFIG_PATH" not in os.environ
     logging.getLogger("vllm.engine").warning("after the run")
@@ -120,6 +121,9 @@ def test_a_hydra_like_console_and_train_log_keep_only_our_records(
     train_log = logging.FileHandler(tmp_path / "train.log")
     monkeypatch.setattr(root, "handlers", [console, train_log])
     monkeypatch.setattr(root, "level", logging.INFO)
+    for name in ("httpx", "filelock"):  # as a fresh process has them, whatever ran before
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
+        monkeypatch.setattr(logging.getLogger(name), "disabled", False)
 
     with library_logs(tmp_path / "libraries.log") as logs:
         logging.getLogger("httpx").info("HTTP Request: GET http://localhost")

@@ -113,10 +113,11 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("model-cache")
 
 
-def test_the_docs_show_both_ways_and_the_plus() -> None:
+def test_the_docs_show_both_ways_and_constructor_arguments() -> None:
     shown = [shlex.join(c) for c in CONTRIBUTING_COMMANDS + README_COMMANDS]
     assert "python -m agentgym.train env=coin generation=hf" in shown  # a plain Gymnasium env
-    assert any(c.startswith("python -m agentgym.train env=number_line +env.kwargs.") for c in shown)
+    # a plugin's constructor arguments, set without a '+' (train and eval add them)
+    assert any(c.startswith("python -m agentgym.train env=number_line env.kwargs.") for c in shown)
     assert not any("env.name=number_line" in c or "env.name=coin " in c for c in shown)
     assert "class CoinEnv(gymnasium.Env[str, str]):" in CONTRIBUTING
 
