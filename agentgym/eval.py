@@ -32,7 +32,7 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from agentgym.builders import env_manager, generation_backend, rollout_config
+from agentgym.builders import backend_name, env_manager, generation_backend, rollout_config
 from agentgym.envs.adapter import make_text_env
 from agentgym.envs.scripted import AGENTS
 from agentgym.envs.text_env import TextEnv
@@ -188,8 +188,7 @@ def build_policy(
 
     backend = generation_backend(config, model, dtype=cfg.model.dtype, device=cfg.model.device)
     tokenizer = AutoTokenizer.from_pretrained(str(model))
-    name = config.actor_infer.strategy_args.strategy_name
-    return backend, tokenizer, f"model {model} on {name}"
+    return backend, tokenizer, f"model {model} on {backend_name(config)}"
 
 
 async def evaluate(
