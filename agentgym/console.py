@@ -52,6 +52,7 @@ STEP_FIGURES: tuple[Figure, ...] = (
     Figure("kl", ("actor/kl", "actor/token_level_kl"), "{:.3g}"),
     Figure("entropy", ("actor/entropy",), "{:.3g}"),
     Figure("grad", ("actor/grad_norm",), "{:.3g}"),
+    Figure("failed", ("train/failed",), "{:.0f}"),
 )
 """The figures of a step line, in order; those whose keys are absent are left out."""
 

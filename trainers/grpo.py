@@ -15,7 +15,7 @@ import json
 import logging
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +143,6 @@ class TrainParts:
     dump_dir: Path | None
     meta: dict[str, Any]
     pad_token_id: int
-    closers: list[Any] = field(default_factory=list)
 
 
 def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) -> None:
@@ -219,8 +218,6 @@ def shut_down(parts: TrainParts, loop: asyncio.AbstractEventLoop) -> None:
         task.cancel()
     with contextlib.suppress(KeyboardInterrupt):  # a task Ctrl-C interrupted raises it again
         loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-    for closer in parts.closers:
-        closer()
     parts.train_manager.close()
     parts.val_manager.close()
     loop.run_until_complete(parts.backend.close())

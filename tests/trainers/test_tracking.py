@@ -65,6 +65,10 @@ def test_the_step_line_shows_the_figures_that_matter():
     assert format_line({"actor/entropy": 1.25, "actor/token_level_kl": 0.5}, 2) == (
         "step 2 | kl 0.5 | entropy 1.25"
     )
+    # failed episodes are on the line
+    assert format_line({"train/success": 0.25, "train/failed": 3.0}, 4) == (
+        "step 4 | success 25.0% | failed 3"
+    )
     assert format_line({"custom": 1.0}, 0) == "step 0"
     assert format_line({}, 0) == "step 0"
 
