@@ -18,7 +18,6 @@ from agentgym.trainers.strategies.base import (
     MetricReducer,
     ModelOutputs,
     Strategy,
-    buckets,
     micro_batches,
 )
 
@@ -31,7 +30,6 @@ __all__ = [
     "MetricReducer",
     "ModelOutputs",
     "Strategy",
-    "buckets",
     "build_strategy",
     "micro_batches",
 ]

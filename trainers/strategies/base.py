@@ -8,7 +8,7 @@ and a :class:`LossFunction`, and takes its weights by Hugging Face name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
@@ -166,20 +166,3 @@ def micro_batches(batch: RolloutBatch, size: int) -> Iterator[RolloutBatch]:
     for start in range(0, len(batch), size):
         rows = slice(start, start + size)
         yield batch.rows(rows, width=int(batch.attention_mask[rows].sum(1).max()))
-
-
-def buckets(
-    weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int
-) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Group named tensors into lists of at most ``bucket_bytes`` (a bigger tensor goes alone)."""
-    bucket: list[tuple[str, torch.Tensor]] = []
-    size = 0
-    for name, tensor in weights:
-        nbytes = tensor.numel() * tensor.element_size()
-        if bucket and size + nbytes > bucket_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((name, tensor))
-        size += nbytes
-    if bucket:
-        yield bucket
