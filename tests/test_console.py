@@ -121,9 +121,12 @@ def test_a_hydra_like_console_and_train_log_keep_only_our_records(
     train_log = logging.FileHandler(tmp_path / "train.log")
     monkeypatch.setattr(root, "handlers", [console, train_log])
     monkeypatch.setattr(root, "level", logging.INFO)
-    for name in ("httpx", "filelock"):  # as a fresh process has them, whatever ran before
-        monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
-        monkeypatch.setattr(logging.getLogger(name), "disabled", False)
+    for name in ("httpx", "filelock", "agentgym.trainers.checkpoint"):  # as in a fresh process
+        logger = logging.getLogger(name)  # (earlier tests' libraries may have configured them)
+        monkeypatch.setattr(logger, "level", logging.NOTSET)
+        monkeypatch.setattr(logger, "disabled", False)
+        monkeypatch.setattr(logger, "propagate", True)
+        monkeypatch.setattr(logger, "handlers", [])
 
     with library_logs(tmp_path / "libraries.log") as logs:
         logging.getLogger("httpx").info("HTTP Request: GET http://localhost")

@@ -211,11 +211,16 @@ def kill_after_checkpoint(output: Path, cache: Path, *overrides: str) -> int:
     deadline = time.monotonic() + 300
     while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    engines = children(process.pid)  # vLLM's engine process, which the kill would orphan
     process.send_signal(signal.SIGKILL)
     process.wait()
+    for engine in engines:
+        os.kill(engine, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while any(process_state(pid) for pid in engines) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in engines if process_state(pid)], "an engine outlived the test"
     assert marker.exists()
-    for child in children(process.pid):  # vLLM's engine process, orphaned by the kill
-        os.kill(child, signal.SIGKILL)
     killed_at = len(metrics(output))
     assert killed_at < 4  # killed before the end
     return killed_at
