@@ -127,6 +127,7 @@ def test_a_hydra_like_console_and_train_log_keep_only_our_records(
         monkeypatch.setattr(logger, "disabled", False)
         monkeypatch.setattr(logger, "propagate", True)
         monkeypatch.setattr(logger, "handlers", [])
+    root.setLevel(logging.INFO)  # clears the loggers' cached levels (monkeypatch restores it)
 
     with library_logs(tmp_path / "libraries.log") as logs:
         logging.getLogger("httpx").info("HTTP Request: GET http://localhost")
