@@ -12,41 +12,10 @@ from gymnasium.utils.env_checker import check_env
 
 import agentgym
 from agentgym import registry
+from tests.plugins import WALK
 
-PLUGIN_MODULE = '''
-from typing import Any
-from agentgym.envs.text_env import TextEnv
-
-
-class LineWalkEnv(TextEnv):
-    """Walk right along a line to reach the end."""
-
-    action_names = ("Left", "Right")
-
-    def __init__(self, *, length: int = 3, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.length = length
-        self.position = 0
-
-    def _reset(self, options):
-        self.position = 0
-        return {}
-
-    def _apply(self, action):
-        self.position = max(0, self.position + (1 if action == "Right" else -1))
-        done = self.position >= self.length
-        return float(done), done
-
-    def _observation(self):
-        return "".join("P" if i == self.position else "_" for i in range(self.length + 1))
-
-    def _success(self):
-        return self.position >= self.length
-
-
-class NotAnEnv:
-    pass
-'''
+# the LineWalkEnv of tests/plugins.py, plus a class that is not an env
+PLUGIN_MODULE = WALK + "\n\nclass NotAnEnv:\n    pass\n"
 
 
 @pytest.fixture
