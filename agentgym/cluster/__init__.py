@@ -1,0 +1,161 @@
+"""Where workers run: in this process (``distributed: local``) or on Ray (``distributed: ray``).
+
+A :class:`Cluster` spawns worker objects and returns :class:`WorkerHandle`\\ s;
+the driver's code is the same for both kinds. Ray is imported only by
+:mod:`agentgym.cluster.ray_cluster`, and only when a Ray cluster is asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from agentgym.cluster.handles import (
+    LocalHandle,
+    RpcTimeoutError,
+    WorkerDiedError,
+    WorkerError,
+    WorkerHandle,
+    call_all,
+)
+from agentgym.cluster.placement import PlacementPlan, Slot, WorkerPlacement, plan_placement
+
+__all__ = [
+    "DISTRIBUTED",
+    "Cluster",
+    "LocalCluster",
+    "LocalHandle",
+    "PlacementPlan",
+    "RpcTimeoutError",
+    "Slot",
+    "WorkerDiedError",
+    "WorkerError",
+    "WorkerHandle",
+    "WorkerPlacement",
+    "call_all",
+    "plan_placement",
+    "start_cluster",
+]
+
+DISTRIBUTED = ("local", "ray")
+"""Values of the ``distributed`` key."""
+
+
+class Cluster(Protocol):
+    """Starts workers and stops them all.
+
+    Attributes:
+        kind: ``"local"`` or ``"ray"``.
+        num_nodes: Nodes workers may be placed on.
+    """
+
+    kind: str
+    num_nodes: int
+
+    def spawn(
+        self,
+        cls: type,
+        *args: Any,
+        name: str,
+        node: int,
+        visible_devices: str | None = None,
+        gpu: bool = False,
+        concurrency: int = 1,
+        restarts: int = 0,
+        **kwargs: Any,
+    ) -> WorkerHandle:
+        """Start ``cls(*args, **kwargs)`` on ``node`` and return its handle.
+
+        Args:
+            cls: The worker class.
+            name: The worker's name in messages (``env_worker[2]``).
+            node: The node rank.
+            visible_devices: ``CUDA_VISIBLE_DEVICES`` for the worker.
+            gpu: Whether the worker uses GPUs.
+            concurrency: Calls served at once.
+            restarts: Restarts after the worker's process dies (-1: always; Ray only).
+        """
+        ...
+
+    def shutdown(self) -> None:
+        """Stop every worker this cluster started."""
+        ...
+
+
+class LocalCluster:
+    """Workers are objects in this process behind :class:`LocalHandle`\\ s (one node).
+
+    Args:
+        rpc_timeout: Default seconds a call may take.
+    """
+
+    kind = "local"
+    num_nodes = 1
+
+    def __init__(self, *, rpc_timeout: float | None = None) -> None:
+        self.rpc_timeout = rpc_timeout
+        self.handles: list[LocalHandle] = []
+
+    def spawn(
+        self,
+        cls: type,
+        *args: Any,
+        name: str,
+        node: int = 0,
+        visible_devices: str | None = None,
+        gpu: bool = False,
+        concurrency: int = 1,
+        restarts: int = 0,
+        **kwargs: Any,
+    ) -> LocalHandle:
+        """Build ``cls(*args, **kwargs)`` here (``visible_devices``, ``restarts`` do not apply)."""
+        if node != 0:
+            raise ValueError(f"{name}: a local cluster has one node (0), not node {node}")
+        handle = LocalHandle(
+            cls(*args, **kwargs), name=name, rpc_timeout=self.rpc_timeout, concurrency=concurrency
+        )
+        self.handles.append(handle)
+        return handle
+
+    def shutdown(self) -> None:
+        """Close every worker."""
+        for handle in self.handles:
+            handle.kill()
+        self.handles.clear()
+
+
+def start_cluster(
+    distributed: str,
+    *,
+    address: str | None = None,
+    num_nodes: int = 1,
+    num_gpus_per_node: int = 0,
+    env_vars: Mapping[str, str] | None = None,
+    rpc_timeout: float | None = None,
+) -> Cluster:
+    """A :class:`LocalCluster`, or a Ray cluster started here or joined at ``address``.
+
+    Raises:
+        ConfigError: On an unknown ``distributed`` value, or a Ray cluster that
+            cannot hold ``num_nodes`` × ``num_gpus_per_node``.
+    """
+    from agentgym.errors import check_choice
+
+    check_choice("distributed", distributed, DISTRIBUTED)
+    if distributed == "local":
+        if num_nodes != 1:
+            from agentgym.errors import ConfigError
+
+            raise ConfigError(
+                f"num_nodes={num_nodes} needs distributed=ray (distributed=local is one process)"
+            )
+        return LocalCluster(rpc_timeout=rpc_timeout)
+    from agentgym.cluster.ray_cluster import RayCluster
+
+    return RayCluster(
+        address=address,
+        num_nodes=num_nodes,
+        num_gpus_per_node=num_gpus_per_node,
+        env_vars=env_vars,
+        rpc_timeout=rpc_timeout,
+    )

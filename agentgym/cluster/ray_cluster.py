@@ -1,0 +1,274 @@
+"""Ray: start or join a cluster, one placement group per node, actors behind handles.
+
+The only module that imports ``ray``. Nodes are ranked head first, then by IP
+address and node id, and placement group ``i`` is pinned to node ``i`` by its
+node-id label, so device ranks are contiguous and the same on every start
+(the order of placement groups never depends on which became ready first).
+Every actor asks for a small CPU share (and a GPU share on GPU nodes): Ray
+enforces placement only for actors that request resources.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from agentgym.cluster.handles import RpcTimeoutError, WorkerDiedError, WorkerError
+from agentgym.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+ACTOR_CPUS = 0.01
+"""CPU share each actor requests: non-zero so Ray honours its placement, small so
+that many actors fit a 2-core node."""
+
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+"""With this, a Ray instance started here binds to 127.0.0.1 (not the external interface)."""
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as error:  # pragma: no cover - ray is a core dependency
+        raise ImportError("distributed=ray needs Ray: pip install 'ray>=2.40'") from error
+    return ray
+
+
+class RayHandle:
+    """A Ray actor behind the :class:`~agentgym.cluster.handles.WorkerHandle` interface.
+
+    Args:
+        actor: The actor handle.
+        name: The worker's name in messages.
+        node: The node rank it was placed on.
+        rpc_timeout: Default seconds a call may take.
+    """
+
+    def __init__(self, actor: Any, *, name: str, node: int, rpc_timeout: float | None) -> None:
+        self.actor = actor
+        self.name = name
+        self.node = node
+        self.rpc_timeout = rpc_timeout
+
+    def _submit(self, method: str, args: Any, kwargs: Any) -> Any:
+        return getattr(self.actor, method).remote(*args, **kwargs)
+
+    def _translate(self, method: str, error: BaseException) -> BaseException:
+        ray = _import_ray()
+        if isinstance(error, ray.exceptions.RayActorError | ray.exceptions.WorkerCrashedError):
+            return WorkerDiedError(f"{self.name}.{method}: the worker died ({error})")
+        if isinstance(error, ray.exceptions.RayTaskError):
+            cause = error.as_instanceof_cause()
+            return cause if isinstance(cause, BaseException) else WorkerError(str(error))
+        return error
+
+    async def call(
+        self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any
+    ) -> Any:
+        """Call ``method`` on the actor; the method's own exception type is re-raised."""
+        limit = timeout if timeout is not None else self.rpc_timeout
+        try:
+            ref = self._submit(method, args, kwargs)
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), limit)
+        except (TimeoutError, asyncio.TimeoutError) as error:
+            raise RpcTimeoutError(
+                f"{self.name}.{method} did not answer within rpc_timeout={limit} s"
+            ) from error
+        except Exception as error:
+            translated = self._translate(method, error)
+            if translated is error:
+                raise
+            raise translated from error
+
+    def call_sync(
+        self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any
+    ) -> Any:
+        """:meth:`call` from synchronous code."""
+        ray = _import_ray()
+        limit = timeout if timeout is not None else self.rpc_timeout
+        try:
+            return ray.get(self._submit(method, args, kwargs), timeout=limit)
+        except ray.exceptions.GetTimeoutError as error:
+            raise RpcTimeoutError(
+                f"{self.name}.{method} did not answer within rpc_timeout={limit} s"
+            ) from error
+        except Exception as error:
+            translated = self._translate(method, error)
+            if translated is error:
+                raise
+            raise translated from error
+
+    def kill(self) -> None:
+        """Kill the actor (no restart)."""
+        ray = _import_ray()
+        with contextlib.suppress(Exception):
+            ray.kill(self.actor, no_restart=True)
+
+
+class RayCluster:
+    """A Ray instance this driver started or joined, with a placement group per node.
+
+    Args:
+        address: A cluster to join (``ray_address``); None: ``RAY_ADDRESS`` if set,
+            else start a local instance on loopback.
+        num_nodes: Nodes to use (the first ``num_nodes`` in rank order).
+        num_gpus_per_node: GPUs reserved per node (0: CPU only).
+        env_vars: Environment variables of every worker (``system_envs``).
+        rpc_timeout: Default seconds a call to an actor may take.
+        num_cpus: Logical CPUs of a local instance (None: the machine's count).
+
+    Raises:
+        ConfigError: If the cluster has fewer nodes than ``num_nodes`` or a node
+            has fewer GPUs than ``num_gpus_per_node`` (naming the numbers).
+    """
+
+    kind = "ray"
+
+    def __init__(
+        self,
+        *,
+        address: str | None = None,
+        num_nodes: int = 1,
+        num_gpus_per_node: int = 0,
+        env_vars: Mapping[str, str] | None = None,
+        rpc_timeout: float | None = None,
+        num_cpus: int | None = None,
+    ) -> None:
+        address = address or os.environ.get("RAY_ADDRESS") or None
+        if address is None:  # read when ray is imported: set it first
+            os.environ.update(LOOPBACK_ENV)
+        ray = _import_ray()
+        self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
+        self.rpc_timeout = rpc_timeout
+        self.num_gpus_per_node = num_gpus_per_node
+        self.num_nodes = num_nodes
+        self.started = False
+        if not ray.is_initialized():
+            ray.init(
+                address=address,
+                num_cpus=num_cpus if address is None else None,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                runtime_env={"env_vars": self.env_vars} if self.env_vars else None,
+            )
+            self.started = True
+        self.nodes = self._ranked_nodes(ray, num_nodes, num_gpus_per_node)
+        self.placement_groups = [self._node_group(ray, node) for node in self.nodes]
+        started = time.perf_counter()
+        pending = [pg.ready() for pg in self.placement_groups]
+        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=60)
+        if len(ready) < len(pending):
+            self.shutdown()
+            raise ConfigError(
+                f"only {len(ready)} of {len(pending)} node placement groups were ready after "
+                f"{time.perf_counter() - started:.0f} s: each node needs {ACTOR_CPUS * 100:.0f} "
+                f"CPU and num_gpus_per_node={num_gpus_per_node} GPUs free"
+            )
+        self.handles: list[RayHandle] = []
+
+    @staticmethod
+    def _ranked_nodes(ray: Any, num_nodes: int, num_gpus_per_node: int) -> list[dict[str, Any]]:
+        alive = [node for node in ray.nodes() if node.get("Alive")]
+        ranked = sorted(
+            alive,
+            key=lambda n: (
+                "node:__internal_head__" not in n["Resources"],
+                n["NodeManagerAddress"],
+                n["NodeID"],
+            ),
+        )
+        usable = [n for n in ranked if n["Resources"].get("GPU", 0) >= num_gpus_per_node]
+        if len(usable) < num_nodes:
+            raise ConfigError(
+                f"num_nodes={num_nodes} with num_gpus_per_node={num_gpus_per_node}: the Ray "
+                f"cluster has {len(alive)} node(s), {len(usable)} of them with at least "
+                f"{num_gpus_per_node} GPU(s) (GPUs per node: "
+                f"{[int(n['Resources'].get('GPU', 0)) for n in ranked]})"
+            )
+        return usable[:num_nodes]
+
+    def _node_group(self, ray: Any, node: Mapping[str, Any]) -> Any:
+        from ray.util.placement_group import placement_group
+
+        bundle: dict[str, float] = {"CPU": 1.0}
+        if self.num_gpus_per_node:
+            bundle["GPU"] = float(self.num_gpus_per_node)
+        return placement_group(
+            [bundle],
+            strategy="STRICT_PACK",
+            bundle_label_selector=[{"ray.io/node-id": node["NodeID"]}],
+        )
+
+    def spawn(
+        self,
+        cls: type,
+        *args: Any,
+        name: str,
+        node: int,
+        visible_devices: str | None = None,
+        gpu: bool = False,
+        concurrency: int = 1,
+        restarts: int = 0,
+        **kwargs: Any,
+    ) -> RayHandle:
+        """Start ``cls(*args, **kwargs)`` as an actor on ``node``.
+
+        Args:
+            cls: The worker class (an ordinary class; async methods make an async actor).
+            name: The worker's name in messages.
+            node: The node rank (index into the ranked nodes).
+            visible_devices: ``CUDA_VISIBLE_DEVICES`` for the actor (its devices on the node).
+            gpu: Request a GPU share (the actor sees the GPUs ``visible_devices`` names).
+            concurrency: Calls the actor serves at once (threads, or asyncio tasks).
+            restarts: Times Ray restarts the actor after its process dies (-1: always).
+        """
+        ray = _import_ray()
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        env_vars = dict(self.env_vars)
+        if visible_devices is not None:
+            env_vars["CUDA_VISIBLE_DEVICES"] = visible_devices
+            env_vars["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
+        options: dict[str, Any] = {
+            "num_cpus": ACTOR_CPUS,
+            "num_gpus": ACTOR_CPUS if gpu else 0,
+            "max_concurrency": concurrency,
+            "max_restarts": restarts,
+            "max_task_retries": 0,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                self.placement_groups[node], placement_group_bundle_index=0
+            ),
+            "runtime_env": {"env_vars": env_vars},
+        }
+        actor = ray.remote(cls).options(**options).remote(*args, **kwargs)
+        handle = RayHandle(actor, name=name, node=node, rpc_timeout=self.rpc_timeout)
+        self.handles.append(handle)
+        return handle
+
+    def kill_process(self, handle: RayHandle) -> int:
+        """SIGKILL the actor's process (fault injection for tests); returns its pid."""
+        import signal
+
+        pid = int(handle.call_sync("__ray_call__", lambda self: os.getpid(), timeout=60))
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def shutdown(self) -> None:
+        """Kill every actor started here, free the placement groups, and stop Ray if
+        this driver started it."""
+        ray = _import_ray()
+        from ray.util.placement_group import remove_placement_group
+
+        for handle in getattr(self, "handles", []):
+            handle.kill()
+        for group in getattr(self, "placement_groups", []):
+            with contextlib.suppress(Exception):
+                remove_placement_group(group)
+        if self.started and ray.is_initialized():
+            ray.shutdown()
