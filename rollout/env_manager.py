@@ -5,18 +5,35 @@ GRPO group. Groups are split among tags (env configurations). Seeds come from
 the experiment seed and a cursor that only moves forward, so a run resumed
 from a checkpoint (which stores :meth:`EnvManager.state_dict`) sees the same
 seeds it would have seen.
+
+Envs live in this process (the default) or, given a cluster, on env workers
+(:mod:`agentgym.rollout.workers`): ``max_env_num_per_worker`` envs each,
+the workers placed round-robin over the cluster's nodes. Seeds, group ids
+and the order of episodes do not depend on where the envs live.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agentgym.envs.adapter import make_text_env
+from agentgym import registry
+from agentgym.cluster import WorkerHandle
+from agentgym.cluster.placement import spread
 from agentgym.envs.text_env import TextEnv
+from agentgym.rollout.workers import EnvBuild, EnvClient, EnvWorker, LocalEnv, WorkerEnv
+
+if TYPE_CHECKING:
+    from agentgym.cluster import Cluster
+
+CLOSE_TIMEOUT = 30.0
+"""Seconds an env worker is given to close its envs before it is killed."""
 
 
 @dataclass(frozen=True)
@@ -37,18 +54,39 @@ class EnvSlot:
     """One env of the manager and where it sits.
 
     Attributes:
-        env: The env (unwrapped :class:`TextEnv`).
+        home: The env itself (unwrapped :class:`TextEnv`) when it lives in this
+            process, else its :class:`~agentgym.rollout.workers.WorkerEnv` client.
         name: The registered env name it was made from.
         tag: Its tag.
         group_index: Index of its group within the manager.
         index: Its index within the manager.
     """
 
-    env: TextEnv
+    home: TextEnv | WorkerEnv
     name: str
     tag: str
     group_index: int
     index: int
+
+    @property
+    def env(self) -> TextEnv:
+        """The env, when it lives in this process.
+
+        Raises:
+            RuntimeError: If it lives on an env worker (drive it through :meth:`client`).
+        """
+        if isinstance(self.home, WorkerEnv):
+            raise RuntimeError(
+                f"env {self.index} ({self.tag}) lives on {self.home.handle.name}, not in this "
+                "process; drive it through EnvSlot.client()"
+            )
+        return self.home
+
+    def client(self, executor: Executor) -> EnvClient:
+        """The env's client; ``executor`` runs the calls of an env in this process."""
+        if isinstance(self.home, WorkerEnv):
+            return self.home
+        return LocalEnv(self.home, executor)
 
 
 @dataclass(frozen=True)
@@ -82,10 +120,16 @@ class EnvManager:
         max_traj_per_env: Episodes each env runs per :meth:`assignments` call.
         format_penalty: Overrides every env's ``format_penalty`` when given.
         render_mode: Passed to envs that support it (``"rgb_array"`` to record frames).
+        cluster: Where env workers run; None keeps every env in this process.
+        max_env_num_per_worker: Envs per env worker (each served by its own
+            thread); None puts one worker on each of the cluster's nodes.
+            Only with a cluster.
 
     Raises:
-        ValueError: On an unknown tag, sizes below 1, or ``n_groups`` that
-            does not match ``tags`` and ``env_groups``.
+        ValueError: On an unknown tag, sizes below 1, ``n_groups`` that
+            does not match ``tags`` and ``env_groups``, or
+            ``max_env_num_per_worker`` without a cluster.
+        UnknownEnvError: If a tag's env name is not registered.
     """
 
     def __init__(
@@ -101,14 +145,22 @@ class EnvManager:
         max_traj_per_env: int = 1,
         format_penalty: float | None = None,
         render_mode: str | None = None,
+        cluster: Cluster | None = None,
+        max_env_num_per_worker: int | None = None,
     ) -> None:
         for key, value in [
             ("env_groups", env_groups),
             ("group_size", group_size),
             ("max_traj_per_env", max_traj_per_env),
+            ("max_env_num_per_worker", max_env_num_per_worker or 1),
         ]:
             if value < 1:
                 raise ValueError(f"{key} must be >= 1, got {value}")
+        if max_env_num_per_worker is not None and cluster is None:
+            raise ValueError(
+                f"max_env_num_per_worker={max_env_num_per_worker} needs a cluster to place env "
+                "workers on; without one every env runs in this process"
+            )
         if not tags:
             raise ValueError("tags must name at least one env")
         if n_groups is None:
@@ -127,8 +179,9 @@ class EnvManager:
         self.group_size = group_size
         self.max_traj_per_env = max_traj_per_env
         self.cursor = 0
-        self.slots: list[EnvSlot] = []
         self.group_tags: list[str] = []
+        builds: list[EnvBuild] = []
+        places: list[tuple[str, int]] = []  # (tag, group index) of each env
         for tag, count in zip(tags, n_groups, strict=True):
             config = configs.get(tag, EnvConfig(tag))
             kwargs = dict(config.kwargs)
@@ -138,9 +191,46 @@ class EnvManager:
                 group_index = len(self.group_tags)
                 self.group_tags.append(tag)
                 for _ in range(group_size):
-                    env = _make(config.name, kwargs, render_mode)
-                    slot = EnvSlot(env, config.name, tag, group_index, len(self.slots))
-                    self.slots.append(slot)
+                    builds.append(EnvBuild(config.name, kwargs, render_mode))
+                    places.append((tag, group_index))
+        self.workers: list[WorkerHandle] = []
+        homes: Sequence[TextEnv | WorkerEnv]
+        if cluster is None:
+            homes = [build.make() for build in builds]
+        else:
+            homes = self._spawn(cluster, builds, max_env_num_per_worker)
+        self.slots = [
+            EnvSlot(home, build.name, tag, group_index, index)
+            for index, (home, build, (tag, group_index)) in enumerate(
+                zip(homes, builds, places, strict=True)
+            )
+        ]
+
+    def _spawn(
+        self, cluster: Cluster, builds: Sequence[EnvBuild], per_worker: int | None
+    ) -> list[WorkerEnv]:
+        """Start the env workers (contiguous runs of envs) and return a client per env."""
+        if per_worker is None:
+            per_worker = math.ceil(len(builds) / cluster.num_nodes)
+        registrations = _registrations({build.name for build in builds})
+        chunks = [builds[i : i + per_worker] for i in range(0, len(builds), per_worker)]
+        for rank, node in enumerate(spread(len(chunks), cluster.num_nodes)):
+            self.workers.append(
+                cluster.spawn(
+                    EnvWorker,
+                    chunks[rank],
+                    registrations,
+                    name=f"env_worker[{rank}]",
+                    node=node,
+                    concurrency=per_worker,
+                    restarts=-1,
+                )
+            )
+        clients = []
+        for handle in self.workers:  # waits for the envs to be built; raises their errors
+            modes = handle.call_sync("render_modes")
+            clients += [WorkerEnv(handle, index, mode) for index, mode in enumerate(modes)]
+        return clients
 
     @property
     def num_groups(self) -> int:
@@ -179,12 +269,32 @@ class EnvManager:
         """Restore the seed cursor from :meth:`state_dict`."""
         self.cursor = int(state["cursor"])
 
+    def clients(self, executor: Executor) -> list[EnvClient]:
+        """A client per env, in slot order; ``executor`` runs the calls of envs in this process."""
+        return [slot.client(executor) for slot in self.slots]
+
     def close(self) -> None:
-        """Close every env."""
+        """Close every env, and stop the env workers."""
         for slot in self.slots:
-            slot.env.close()
+            if isinstance(slot.home, TextEnv):
+                slot.home.close()
+        for handle in self.workers:
+            with contextlib.suppress(Exception):  # a dead worker has nothing left to close
+                handle.call_sync("close", timeout=CLOSE_TIMEOUT)
+            handle.kill()
+        self.workers.clear()
 
 
-def _make(name: str, kwargs: Mapping[str, Any], render_mode: str | None) -> TextEnv:
-    # Any Gymnasium text env (plain ones adapted); render_mode goes to the constructor.
-    return make_text_env(name, kwargs, render_mode=render_mode)
+def _registrations(names: set[str]) -> list[registry.EnvSpec]:
+    """The specs of envs registered under agentgym's namespace, for workers to register.
+
+    An env registered in the driver's code (a test's, a notebook's) is unknown
+    to a fresh worker process; built-in and plugin envs register themselves
+    there too, and other Gymnasium ids are found by their module.
+    """
+    specs = [registry.spec(name) for name in sorted(names)]
+    return [
+        spec
+        for spec in specs
+        if spec.plugin is None and spec.id.startswith(f"{registry.NAMESPACE}/")
+    ]

@@ -2,8 +2,10 @@
 
 Each env runs its episodes in its own task; nothing waits for a lockstep
 barrier, so a slow env or a long generation holds back only itself, and the
-backend batches whatever requests are pending. Env ``reset``/``step`` run in
-a thread pool so that a blocking env does not stall the event loop.
+backend batches whatever requests are pending. The loop drives each env
+through its :class:`~agentgym.rollout.workers.EnvClient`: an env of this
+process runs ``reset``/``step`` in a thread pool so that a blocking env does
+not stall the event loop; an env on an env worker is called over its handle.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from agentgym.envs.text_env import TextEnv
 from agentgym.rollout.backends.base import GenerationBackend, SamplingParams
 from agentgym.rollout.chat import PREFIX_CHECK_MODES, ChatTokenizer, Message, report_drift
 from agentgym.rollout.env_manager import Assignment, EnvManager
 from agentgym.rollout.metrics import rollout_metrics
+from agentgym.rollout.workers import EnvClient, EnvLostError
 from agentgym.trajectory import SAMPLE_MODES, Trajectory, Turn
 
 _THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL | re.IGNORECASE)
@@ -47,7 +49,7 @@ class RolloutConfig:
         strip_think_history: Drop ``<think>`` blocks of past turns in ``step`` mode.
         prefix_check: ``"strict"`` (raise on drift), ``"warn"`` or ``"off"``.
         record_frames: Keep ``rgb_array`` frames of every step (for GIFs).
-        env_workers: Threads that run env ``reset``/``step``.
+        env_workers: Threads that run ``reset``/``step`` of envs in this process.
     """
 
     mode: str = "step"
@@ -110,19 +112,24 @@ async def collect(
     stop = tuple(sorted(set(config.sampling.stop_token_ids) | chat.end_of_turn_ids))
     config = replace(config, sampling=replace(config.sampling, stop_token_ids=stop))
     pool = ThreadPoolExecutor(max_workers=config.env_workers, thread_name_prefix="agentgym-env")
-    runner = _EpisodeRunner(backend, chat, config, pool, policy_version)
+    runner = _EpisodeRunner(backend, chat, config, policy_version)
 
-    async def run_env(episodes: Sequence[Assignment]) -> list[Trajectory]:
+    async def run_env(episodes: Sequence[Assignment], env: EnvClient) -> list[Trajectory]:
         finished = []
         for assignment in episodes:
-            trajectory = await runner.run(assignment)
+            trajectory = await runner.run(assignment, env)
             if on_trajectory is not None:
                 on_trajectory(trajectory)
             finished.append(trajectory)
         return finished
 
     try:
-        per_env = await asyncio.gather(*(run_env(e) for e in manager.assignments()))
+        per_env = await asyncio.gather(
+            *(
+                run_env(episodes, env)
+                for episodes, env in zip(manager.assignments(), manager.clients(pool), strict=True)
+            )
+        )
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     trajectories = sorted(
@@ -138,21 +145,17 @@ class _EpisodeRunner:
         backend: GenerationBackend,
         chat: ChatTokenizer,
         config: RolloutConfig,
-        pool: ThreadPoolExecutor,
         policy_version: int,
     ) -> None:
         self.backend = backend
         self.chat = chat
         self.config = config
-        self.pool = pool
         self.policy_version = policy_version
 
-    async def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, lambda: function(*args, **kwargs))
+    def _frames(self, env: EnvClient) -> bool:
+        return self.config.record_frames and env.render_mode == "rgb_array"
 
-    async def run(self, assignment: Assignment) -> Trajectory:
-        env = assignment.slot.env
+    async def run(self, assignment: Assignment, env: EnvClient) -> Trajectory:
         trajectory = Trajectory(
             env_name=assignment.slot.name,
             tag=assignment.slot.tag,
@@ -163,18 +166,19 @@ class _EpisodeRunner:
             policy_version=self.policy_version,
         )
         try:
-            trajectory.tools = list(env.tools)
-            observation, _ = await self._call(env.reset, seed=assignment.seed)
-            trajectory.messages = [
-                {"role": "system", "content": env.instructions},
-                {"role": "user", "content": observation},
-            ]
-            self._record_frame(env, trajectory)
+            start = await env.reset(assignment.seed, frame=self._frames(env))
         except Exception:
             trajectory.termination_reason = "env_error"
             trajectory.error = traceback.format_exc(limit=-8)
             return trajectory
-        await self._play(env, trajectory, observation)
+        trajectory.tools = start.tools
+        trajectory.messages = [
+            {"role": "system", "content": start.instructions},
+            {"role": "user", "content": start.observation},
+        ]
+        if start.frame is not None:
+            trajectory.frames.append(start.frame)
+        await self._play(env, trajectory, start.observation)
         if (
             self.config.prefix_check != "off"
             and trajectory.turns
@@ -183,7 +187,7 @@ class _EpisodeRunner:
             self._check(trajectory)
         return trajectory
 
-    async def _play(self, env: TextEnv, trajectory: Trajectory, observation: str) -> None:
+    async def _play(self, env: EnvClient, trajectory: Trajectory, observation: str) -> None:
         config = self.config
         messages = trajectory.messages
         responses: dict[int, list[int]] = {}
@@ -213,9 +217,10 @@ class _EpisodeRunner:
                     ),
                 )
             try:
-                generation = await self.backend.generate(prompt, sampling, env=env)
-            except Exception:
-                trajectory.termination_reason = "generation_error"
+                generation = await self.backend.generate(prompt, sampling, env=env.backend_env)
+            except Exception as error:  # a scripted policy acting on a lost env: the env's fault
+                lost = isinstance(error, EnvLostError)
+                trajectory.termination_reason = "env_error" if lost else "generation_error"
                 trajectory.error = traceback.format_exc(limit=-8)
                 return
             text = self.chat.decode_response(generation.token_ids)
@@ -232,13 +237,16 @@ class _EpisodeRunner:
             responses[len(messages) - 1] = turn.response_ids
             history = prompt + turn.response_ids
             try:
-                observation, reward, terminated, truncated, info = await self._call(env.step, text)
-                self._record_frame(env, trajectory)
+                outcome = await env.step(text, frame=self._frames(env))
             except Exception:
                 trajectory.termination_reason = "env_error"
                 trajectory.error = traceback.format_exc(limit=-8)
                 return
-            turn.reward = float(reward)
+            if outcome.frame is not None:
+                trajectory.frames.append(outcome.frame)
+            observation, info = outcome.observation, outcome.info
+            terminated, truncated = outcome.terminated, outcome.truncated
+            turn.reward = float(outcome.reward)
             turn.action_is_valid = bool(info["action_is_valid"])  # the env contract
             trajectory.unreported_info += bool(info.get("unreported_info"))
             turn.actions = list(info.get("actions", []))
@@ -280,10 +288,6 @@ class _EpisodeRunner:
             else:
                 spliced[offset] = responses[original]
         return self.chat.render_ids(window, spliced, tools=tools, add_generation_prompt=True)
-
-    def _record_frame(self, env: TextEnv, trajectory: Trajectory) -> None:
-        if self.config.record_frames and env.render_mode == "rgb_array":
-            trajectory.frames.append(env.render())
 
     def _check(self, trajectory: Trajectory) -> None:
         responses = {

@@ -1,0 +1,297 @@
+"""Where the rollout's envs live: in this process, or on env workers.
+
+The multi-turn loop talks to every env through an :class:`EnvClient`
+(``reset``, ``step``, ``render``; each answer carries what the loop reads
+next), so it does not know where the env lives:
+
+- :class:`LocalEnv` wraps a :class:`~agentgym.envs.text_env.TextEnv` of this
+  process and runs its calls in the rollout's thread pool (the default);
+- :class:`WorkerEnv` is env ``index`` of an :class:`EnvWorker` behind a
+  :class:`~agentgym.cluster.WorkerHandle`: an object in this process
+  (``LocalCluster``) or a Ray actor with its own process and interpreter lock.
+
+An :class:`EnvWorker` holds up to ``max_env_num_per_worker`` envs and serves
+one call per env at a time from its threads. A worker's process may die
+(killed, out of memory); Ray then restarts it, which builds its envs anew.
+Every answer of a worker names its *incarnation*, so an episode that began
+before a restart is not continued on a fresh env: its next call raises
+:class:`EnvLostError`, and the loop ends it as an ``env_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from agentgym import registry
+from agentgym.cluster import RpcTimeoutError, WorkerDiedError, WorkerHandle
+from agentgym.envs.adapter import make_text_env
+from agentgym.envs.scripted import Agent, make_agent
+from agentgym.envs.text_env import TextEnv
+
+_T = TypeVar("_T")
+
+
+class EnvLostError(RuntimeError):
+    """The env's worker died or restarted during the episode; the episode cannot go on."""
+
+
+@dataclass(frozen=True)
+class EnvBuild:
+    """What one env is made from (sent to the worker that makes it).
+
+    Attributes:
+        name: A registered env name or Gymnasium id.
+        kwargs: Constructor arguments.
+        render_mode: Passed to envs that support it.
+    """
+
+    name: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    render_mode: str | None = None
+
+    def make(self) -> TextEnv:
+        """Build the env (any Gymnasium text env, a plain one adapted)."""
+        return make_text_env(self.name, self.kwargs, render_mode=self.render_mode)
+
+
+@dataclass(frozen=True)
+class EnvReset:
+    """An episode's start: what the loop puts in the first prompt.
+
+    Attributes:
+        observation: The first observation.
+        info: The reset's info.
+        instructions: The env's instructions (the system prompt), read after the reset.
+        tools: The env's tools (OpenAI function schemas), read before the reset.
+        frame: The ``rgb_array`` frame after the reset, when one was asked for.
+    """
+
+    observation: str
+    info: dict[str, Any]
+    instructions: str
+    tools: list[dict[str, Any]]
+    frame: Any = None
+
+
+@dataclass(frozen=True)
+class EnvStep:
+    """One step's outcome, as ``TextEnv.step`` returns it, and the frame after it."""
+
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+    frame: Any = None
+
+
+def _reset(env: TextEnv, seed: int, frame: bool) -> EnvReset:
+    tools = list(env.tools)
+    observation, info = env.reset(seed=seed)
+    picture = env.render() if frame and env.render_mode == "rgb_array" else None
+    return EnvReset(observation, info, env.instructions, tools, picture)
+
+
+def _step(env: TextEnv, text: str, frame: bool) -> EnvStep:
+    observation, reward, terminated, truncated, info = env.step(text)
+    picture = env.render() if frame and env.render_mode == "rgb_array" else None
+    return EnvStep(observation, reward, terminated, truncated, info, picture)
+
+
+class EnvClient(Protocol):
+    """How the rollout loop drives one env, wherever it lives."""
+
+    @property
+    def render_mode(self) -> str | None:
+        """The env's render mode (None when it renders text only)."""
+        ...
+
+    async def reset(self, seed: int, *, frame: bool = False) -> EnvReset:
+        """Start an episode with ``seed``; ``frame`` also renders an ``rgb_array`` frame."""
+        ...
+
+    async def step(self, text: str, *, frame: bool = False) -> EnvStep:
+        """Play the model's text."""
+        ...
+
+    async def render(self) -> Any:
+        """Render the env's current state."""
+        ...
+
+    @property
+    def backend_env(self) -> Any:
+        """What a generation backend's ``env=`` receives: the :class:`TextEnv` for an
+        env in this process, this client for an env on a worker (a scripted policy
+        then acts where the env lives)."""
+        ...
+
+
+class LocalEnv:
+    """An env of this process; its calls run in ``executor`` (the rollout's thread pool).
+
+    Args:
+        env: The env.
+        executor: Runs ``reset``/``step`` so that a blocking env does not stall the loop.
+    """
+
+    def __init__(self, env: TextEnv, executor: Executor) -> None:
+        self.env = env
+        self.executor = executor
+
+    @property
+    def render_mode(self) -> str | None:
+        """The env's render mode."""
+        return self.env.render_mode
+
+    @property
+    def backend_env(self) -> TextEnv:
+        """The env itself."""
+        return self.env
+
+    async def _run(self, function: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+
+    async def reset(self, seed: int, *, frame: bool = False) -> EnvReset:
+        """Reset in the thread pool."""
+        return await self._run(_reset, self.env, seed, frame)
+
+    async def step(self, text: str, *, frame: bool = False) -> EnvStep:
+        """Step in the thread pool."""
+        return await self._run(_step, self.env, text, frame)
+
+    async def render(self) -> Any:
+        """Render here."""
+        return self.env.render()
+
+
+class EnvWorker:
+    """Holds envs and plays them (as a Ray actor, or an object behind a local handle).
+
+    Args:
+        builds: The envs to make, in order (their index on this worker).
+        registrations: Envs registered in the driver's code (not by an entry
+            point every process sees), registered here before the envs are made.
+    """
+
+    def __init__(
+        self, builds: Sequence[EnvBuild], registrations: Sequence[registry.EnvSpec] = ()
+    ) -> None:
+        for spec in registrations:
+            if spec.name not in registry.list_envs():
+                registry.register(spec.name, spec.entry_point, id=spec.id, kwargs=spec.kwargs)
+        self.envs = [build.make() for build in builds]
+        self.incarnation = uuid.uuid4().hex
+        self._agents: dict[int, tuple[str, Agent]] = {}
+        self._closed = False
+
+    def render_modes(self) -> list[str | None]:
+        """Each env's render mode."""
+        return [env.render_mode for env in self.envs]
+
+    def pid(self) -> int:
+        """The worker's process id."""
+        return os.getpid()
+
+    def _check(self, incarnation: str) -> None:
+        if incarnation != self.incarnation:
+            raise EnvLostError(
+                f"the env worker (pid {os.getpid()}) restarted since this episode's reset; "
+                "its envs were built anew"
+            )
+
+    def reset(self, index: int, seed: int, frame: bool = False) -> tuple[str, EnvReset]:
+        """Reset env ``index``; returns this worker's incarnation and the start."""
+        return self.incarnation, _reset(self.envs[index], seed, frame)
+
+    def step(self, index: int, incarnation: str, text: str, frame: bool = False) -> EnvStep:
+        """Step env ``index`` with the model's text.
+
+        Raises:
+            EnvLostError: If the worker restarted since the episode's reset.
+        """
+        self._check(incarnation)
+        return _step(self.envs[index], text, frame)
+
+    def render(self, index: int) -> Any:
+        """Render env ``index``."""
+        return self.envs[index].render()
+
+    def act(self, index: int, incarnation: str, agent: str, seed: int, owner: str) -> str:
+        """A scripted agent's response to env ``index``'s state.
+
+        Each env keeps one agent per ``owner`` (a scripted backend), made from
+        ``agent`` and ``seed`` and reset at each episode's first turn, as the
+        backend does for envs in its own process.
+
+        Raises:
+            EnvLostError: If the worker restarted since the episode's reset.
+        """
+        self._check(incarnation)
+        env = self.envs[index]
+        held = self._agents.get(index)
+        if held is None or held[0] != owner:
+            held = self._agents[index] = (owner, make_agent(agent, seed))
+        if env.num_steps == 0:  # the first turn of an episode
+            held[1].reset(env)
+        return held[1].act(env)
+
+    def close(self) -> None:
+        """Close every env (once)."""
+        if not self._closed:
+            self._closed = True
+            for env in self.envs:
+                env.close()
+
+
+class WorkerEnv:
+    """Env ``index`` of an :class:`EnvWorker`, driven through the worker's handle.
+
+    Args:
+        handle: The worker's handle.
+        index: The env's index on the worker.
+        render_mode: The env's render mode.
+    """
+
+    def __init__(self, handle: WorkerHandle, index: int, render_mode: str | None) -> None:
+        self.handle = handle
+        self.index = index
+        self.render_mode = render_mode
+        self._incarnation = ""
+
+    @property
+    def backend_env(self) -> WorkerEnv:
+        """This client: a scripted policy calls :meth:`act`."""
+        return self
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return await self.handle.call(method, *args)
+        except (WorkerDiedError, RpcTimeoutError) as error:
+            raise EnvLostError(f"env {self.index} of {self.handle.name}: {error}") from error
+
+    async def reset(self, seed: int, *, frame: bool = False) -> EnvReset:
+        """Reset on the worker (a restarted worker's fresh env is fine here)."""
+        self._incarnation, start = await self._call("reset", self.index, seed, frame)
+        return start
+
+    async def step(self, text: str, *, frame: bool = False) -> EnvStep:
+        """Step on the worker.
+
+        Raises:
+            EnvLostError: If the worker died or restarted during the episode.
+        """
+        return await self._call("step", self.index, self._incarnation, text, frame)
+
+    async def render(self) -> Any:
+        """Render on the worker."""
+        return await self._call("render", self.index)
+
+    async def act(self, agent: str, seed: int, owner: str) -> str:
+        """A scripted agent's response, computed on the worker (see :meth:`EnvWorker.act`)."""
+        return await self._call("act", self.index, self._incarnation, agent, seed, owner)
