@@ -77,6 +77,10 @@ class Cluster(Protocol):
         """
         ...
 
+    def node_address(self, node: int) -> str:
+        """The IP address of node ``node`` (where a process group's rank 0 listens)."""
+        ...
+
     def shutdown(self) -> None:
         """Stop every worker this cluster started."""
         ...
@@ -116,6 +120,10 @@ class LocalCluster:
         )
         self.handles.append(handle)
         return handle
+
+    def node_address(self, node: int) -> str:
+        """Loopback: every worker is in this process."""
+        return "127.0.0.1"
 
     def shutdown(self) -> None:
         """Close every worker."""

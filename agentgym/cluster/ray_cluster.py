@@ -251,6 +251,10 @@ class RayCluster:
         self.handles.append(handle)
         return handle
 
+    def node_address(self, node: int) -> str:
+        """The IP address Ray reports for node ``node``."""
+        return str(self.nodes[node]["NodeManagerAddress"])
+
     def kill_process(self, handle: RayHandle) -> int:
         """SIGKILL the actor's process (fault injection for tests); returns its pid."""
         import signal

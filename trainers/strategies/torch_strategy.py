@@ -185,10 +185,25 @@ class TorchStrategy:
         :class:`~agentgym.trainers.strategies.base.LossFunction`), so the
         gradients add up without rescaling.
         """
+        reducer = MetricReducer()
+        for metrics in self.accumulate(micro_batches, loss_fn):
+            reducer.add(metrics)
+        reducer.add(self.optimizer_step())
+        return reducer.metrics()
+
+    def accumulate(
+        self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction
+    ) -> list[dict[str, Metric]]:
+        """Zero the gradients, then add up those of ``micro_batches``.
+
+        Returns:
+            Each micro-batch's metrics, in order (a data-parallel group folds
+            all ranks' lists in the mini-batch's order).
+        """
         needs = loss_fn.needs
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        reducer = MetricReducer()
+        results = []
         for part in micro_batches:
             part = self._to_device(part)
             outputs = forward(
@@ -207,21 +222,34 @@ class TorchStrategy:
                     ).logits
             loss, metrics = loss_fn(outputs, part)
             loss.backward()
-            reducer.add(metrics)
-        parameters = [p for p in self.model.parameters() if p.grad is not None]
+            results.append(metrics)
+        return results
+
+    def optimizer_step(self) -> dict[str, Metric]:
+        """Sum the gradients over the data-parallel group (when ``torch.distributed`` is
+        initialized), clip them and step the optimizer and the schedule.
+
+        Returns:
+            ``grad_norm`` (before clipping) and ``lr`` (of this step).
+        """
+        parameters = [p for p in self.model.parameters() if p.requires_grad]
+        if _world_size() > 1:
+            for p in parameters:
+                if p.grad is None:  # a rank without micro-batches still joins the sum
+                    p.grad = torch.zeros_like(p)
+            _all_reduce_sum([p.grad for p in parameters if p.grad is not None])
+        parameters = [p for p in parameters if p.grad is not None]
         if self.max_grad_norm is not None:
             norm = torch.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
         else:
             norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in parameters]))
-        reducer.add(
-            {
-                "grad_norm": Metric(float(norm), "mean"),
-                "lr": Metric(float(self.scheduler.get_last_lr()[0]), "mean"),
-            }
-        )
+        metrics = {
+            "grad_norm": Metric(float(norm), "mean"),
+            "lr": Metric(float(self.scheduler.get_last_lr()[0]), "mean"),
+        }
         self.optimizer.step()
         self.scheduler.step()
-        return reducer.metrics()
+        return metrics
 
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The model's parameters and buffers by Hugging Face name (the live tensors)."""
@@ -245,3 +273,28 @@ class TorchStrategy:
         self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
         self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=True))
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _all_reduce_sum(tensors: list[torch.Tensor], bucket_bytes: int = 64 << 20) -> None:
+    """Sum ``tensors`` in place over the process group, flattened into buckets."""
+    import torch.distributed as dist
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    bucket: list[torch.Tensor] = []
+    size = 0
+    for tensor in [*tensors, None]:
+        if tensor is not None:
+            bucket.append(tensor)
+            size += tensor.numel() * tensor.element_size()
+        if bucket and (tensor is None or size >= bucket_bytes):
+            flat = _flatten_dense_tensors(bucket)
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            for target, summed in zip(bucket, _unflatten_dense_tensors(flat, bucket), strict=True):
+                target.copy_(summed)
+            bucket, size = [], 0

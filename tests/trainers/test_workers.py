@@ -1,0 +1,113 @@
+"""The trainer worker group: DP=2 over Ray ranks takes the same steps as one process;
+one rank behind a local handle is the torch strategy itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentgym.builders import default_grpo_config
+from agentgym.cluster import Cluster, plan_placement, start_cluster
+from agentgym.trainers.grpo import update_policy
+from agentgym.trainers.strategies import Strategy
+from agentgym.trainers.strategies.torch_strategy import TorchStrategy
+from agentgym.trainers.workers import TrainerGroup, _deal, start_trainer_group
+from tests.trainers.test_update_path import ragged_batch
+
+SETTINGS = {
+    "learning_rate": 1e-2,
+    "max_grad_norm": 1.0,
+    "temperature": 0.7,
+    "micro_batch_size": 2,
+}
+CONFIG = default_grpo_config(
+    micro_batch_size=1,
+    gradient_accumulation_steps=6,
+    loss_agg_mode="seq-mean-token-mean",
+    entropy_loss_coef=0.01,
+    clip_ratio_low=0.1,
+    clip_ratio_high=0.1,
+)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Cluster]:
+    cluster = start_cluster("ray", rpc_timeout=300)
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+def group(cluster: Cluster, model_dir: Path, ranks: int) -> TrainerGroup:
+    plan = plan_placement(
+        {"actor_train": list(range(ranks))}, num_nodes=cluster.num_nodes, num_gpus_per_node=0
+    )
+    return start_trainer_group(
+        cluster,
+        plan.workers["actor_train"],
+        strategy_name="torch",
+        model_path=model_dir,
+        strategy_config={},
+        settings=SETTINGS,
+        rpc_timeout=300,
+    )
+
+
+def two_steps(strategy: Strategy) -> tuple[list[dict[str, float]], dict[str, torch.Tensor]]:
+    torch.manual_seed(0)
+    metrics = [
+        update_policy(CONFIG, strategy, ragged_batch(seed), step) for seed, step in [(0, 1), (1, 2)]
+    ]
+    weights = {name: tensor.clone() for name, tensor in strategy.export_weights()}
+    return metrics, weights
+
+
+def assert_same_run(
+    first: tuple[list[dict[str, float]], dict[str, torch.Tensor]],
+    second: tuple[list[dict[str, float]], dict[str, torch.Tensor]],
+) -> None:
+    for one, two in zip(first[0], second[0], strict=True):
+        assert one.keys() == two.keys()
+        for key in one:
+            assert two[key] == pytest.approx(one[key], rel=1e-5, abs=1e-6), key
+    assert first[1].keys() == second[1].keys()
+    for name, tensor in first[1].items():
+        torch.testing.assert_close(second[1][name], tensor, rtol=1e-5, atol=1e-5)
+
+
+def test_micro_batches_are_dealt_in_contiguous_shares() -> None:
+    assert _deal([1, 2, 3, 4, 5], 2) == [[1, 2, 3], [4, 5]]
+    assert _deal([1], 3) == [[1], [], []]
+
+
+@pytest.mark.ray
+def test_dp2_on_ray_equals_one_process_over_two_steps(
+    tiny_model_dir: Path, ray_cluster: Cluster
+) -> None:
+    single = two_steps(TorchStrategy(tiny_model_dir, **SETTINGS))  # type: ignore[arg-type]
+    dp = group(ray_cluster, tiny_model_dir, 2)
+    try:
+        pids = {handle.call_sync("pid") for handle in dp.handles}
+        assert len(pids) == 2  # two processes, not two threads of one
+        assert_same_run(single, two_steps(dp))
+        # a step's weights moved: the comparison is not between two untouched models
+        initial = TorchStrategy(tiny_model_dir, **SETTINGS)  # type: ignore[arg-type]
+        moved = [
+            not torch.equal(tensor, single[1][name]) for name, tensor in initial.export_weights()
+        ]
+        assert any(moved)
+    finally:
+        dp.close()
+
+
+def test_one_local_rank_equals_the_strategy(tiny_model_dir: Path) -> None:
+    cluster = start_cluster("local")
+    try:
+        single = two_steps(TorchStrategy(tiny_model_dir, **SETTINGS))  # type: ignore[arg-type]
+        assert_same_run(single, two_steps(group(cluster, tiny_model_dir, 1)))
+    finally:
+        cluster.shutdown()

@@ -1,0 +1,346 @@
+"""The trainer worker group: N ranks with ``torch.distributed`` across them.
+
+Each :class:`TrainerRank` builds the strategy in its own process (a Ray actor,
+or this process behind a local handle) after joining the process group (gloo
+on CPU, NCCL on GPU). :class:`TrainerGroup` is the driver's side: it is a
+:class:`~agentgym.trainers.strategies.Strategy`, so the recipe does not know
+how many ranks there are or where they run. Data parallelism: every rank holds
+the whole model and optimizer; the mini-batch's micro-batches are dealt out to
+the ranks, each rank adds up its micro-batches' gradients, and the gradients
+are summed over the ranks before clipping and the optimizer step (each
+micro-batch's loss is already its share of the mini-batch), so DP=N takes the
+same step as one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentgym.cluster.handles import WorkerHandle
+from agentgym.trainers.strategies.base import LossFunction, Metric, MetricReducer
+from agentgym.trajectory import RolloutBatch
+
+WEIGHT_BUCKET_BYTES = 256 << 20
+"""Bytes of weights fetched from rank 0 per call when exporting."""
+
+
+class TrainerRank:
+    """One rank: joins the process group (:meth:`setup`), then builds the strategy.
+
+    Args:
+        rank: This rank.
+        world_size: Ranks in the group.
+        strategy_name: A key of :data:`~agentgym.trainers.strategies.STRATEGIES`.
+        model_path: The policy's Hugging Face folder.
+        strategy_config: ROLL's ``strategy_config`` for the strategy.
+        settings: The role's settings (see :func:`~agentgym.trainers.strategies.build_strategy`).
+        backend: ``gloo`` or ``nccl`` (None: NCCL when CUDA is available, else gloo).
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        strategy_name: str,
+        model_path: str,
+        strategy_config: Mapping[str, Any],
+        settings: Mapping[str, Any],
+        *,
+        backend: str | None = None,
+    ) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.strategy_name = strategy_name
+        self.model_path = model_path
+        self.strategy_config = dict(strategy_config)
+        self.settings = dict(settings)
+        self.backend = backend
+        self.strategy: Any = None
+        self._buckets: list[list[str]] = []
+
+    def free_port(self) -> int:
+        """A TCP port free on this rank's machine (rank 0 hosts the process group)."""
+        return free_port()
+
+    def setup(self, master_address: str | None, master_port: int | None) -> None:
+        """Join the process group at rank 0's address (several ranks), then build
+        the strategy; every rank calls this at the same time."""
+        from agentgym.trainers.strategies import build_strategy
+
+        if self.world_size > 1:
+            if master_address is None or master_port is None:
+                raise ValueError("a group of several ranks needs master_address and master_port")
+            import torch.distributed as dist
+
+            backend = self.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+            dist.init_process_group(
+                backend,
+                init_method=f"tcp://{master_address}:{master_port}",
+                rank=self.rank,
+                world_size=self.world_size,
+            )
+        self.strategy = build_strategy(
+            self.strategy_name, Path(self.model_path), self.strategy_config, **self.settings
+        )
+
+    def pid(self) -> int:
+        """This rank's process id."""
+        return os.getpid()
+
+    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """See :meth:`Strategy.logprobs`."""
+        return self.strategy.logprobs(batch)
+
+    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """See :meth:`Strategy.reference_logprobs`."""
+        return self.strategy.reference_logprobs(batch)
+
+    def train_step(
+        self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction
+    ) -> tuple[list[dict[str, Metric]], dict[str, Metric]]:
+        """Accumulate this rank's micro-batches, then the group's optimizer step.
+
+        Returns:
+            Each micro-batch's metrics in order, and the step's metrics
+            (``grad_norm``, ``lr``), which are the same on every rank.
+        """
+        per_micro = self.strategy.accumulate(micro_batches, loss_fn)
+        return per_micro, self.strategy.optimizer_step()
+
+    def weight_buckets(self, bucket_bytes: int) -> int:
+        """Group the weights' names into buckets of about ``bucket_bytes``; returns how many."""
+        buckets: list[list[str]] = [[]]
+        size = 0
+        for name, tensor in self.strategy.export_weights():
+            if buckets[-1] and size + tensor.numel() * tensor.element_size() > bucket_bytes:
+                buckets.append([])
+                size = 0
+            buckets[-1].append(name)
+            size += tensor.numel() * tensor.element_size()
+        self._buckets = buckets
+        return len(buckets)
+
+    def weight_bucket(self, index: int) -> dict[str, torch.Tensor]:
+        """The tensors of bucket ``index`` (see :meth:`weight_buckets`), detached copies on CPU."""
+        names = set(self._buckets[index])
+        return {
+            name: tensor.detach().to("cpu", copy=True)
+            for name, tensor in self.strategy.export_weights()
+            if name in names
+        }
+
+    def save(self, directory: str) -> None:
+        """Rank 0 writes the checkpoint (every rank holds the same state)."""
+        if self.rank == 0:
+            self.strategy.save(Path(directory))
+
+    def load(self, directory: str) -> None:
+        """Every rank restores the checkpoint."""
+        self.strategy.load(Path(directory))
+
+    def train(self, mode: bool = True) -> None:
+        """See :meth:`Strategy.train`."""
+        self.strategy.train(mode)
+
+    def close(self) -> None:
+        """Leave the process group."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def start_trainer_group(
+    cluster: Any,
+    placements: Sequence[Any],
+    *,
+    strategy_name: str,
+    model_path: Path,
+    strategy_config: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    rpc_timeout: float | None = None,
+) -> TrainerGroup:
+    """Spawn one :class:`TrainerRank` per placement (``actor_train``'s workers), join
+    them in a process group and build the strategy on each.
+
+    Args:
+        cluster: The :class:`~agentgym.cluster.Cluster` to spawn on.
+        placements: The role's :class:`~agentgym.cluster.WorkerPlacement`\\ s, rank order.
+        strategy_name: The strategy every rank builds.
+        model_path: The policy's folder (readable on every node).
+        strategy_config: The strategy's own options.
+        settings: The role's settings (dtype, learning rate, ...).
+        rpc_timeout: Seconds a call to the ranks may take.
+    """
+    world = len(placements)
+    handles = [
+        cluster.spawn(
+            TrainerRank,
+            placement.rank,
+            world,
+            strategy_name,
+            str(model_path),
+            dict(strategy_config),
+            dict(settings),
+            name=f"actor_train[{placement.rank}]",
+            node=placement.node,
+            visible_devices=placement.visible_devices if placement.gpu else None,
+            gpu=placement.gpu,
+        )
+        for placement in placements
+    ]
+    group = TrainerGroup(handles, rpc_timeout=rpc_timeout)
+    address = port = None
+    if world > 1:
+        address = cluster.node_address(placements[0].node)
+        port = handles[0].call_sync("free_port", timeout=rpc_timeout)
+    group._all("setup", [(address, port)] * world)
+    return group
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (for rank 0's process group)."""
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])
+
+
+class TrainerGroup:
+    """The driver's :class:`~agentgym.trainers.strategies.Strategy` over N rank handles.
+
+    Args:
+        handles: The ranks, rank 0 first.
+        rpc_timeout: Seconds a call to the ranks may take (None: the handles' default).
+    """
+
+    def __init__(self, handles: Sequence[WorkerHandle], *, rpc_timeout: float | None = None):
+        if not handles:
+            raise ValueError("a trainer group needs at least one rank")
+        self.handles = list(handles)
+        self.rpc_timeout = rpc_timeout
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the group."""
+        return len(self.handles)
+
+    def _all(self, method: str, args: Sequence[Sequence[Any]]) -> list[Any]:
+        """Call ``method`` on every rank, rank ``r`` with ``args[r]``, at the same time."""
+
+        async def gather() -> list[Any]:
+            return list(
+                await asyncio.gather(
+                    *(
+                        handle.call(method, *arguments, timeout=self.rpc_timeout)
+                        for handle, arguments in zip(self.handles, args, strict=True)
+                    )
+                )
+            )
+
+        return _run(gather())
+
+    def _split_rows(self, batch: RolloutBatch) -> list[RolloutBatch]:
+        size = -(-len(batch) // self.world_size)
+        parts = []
+        for start in range(0, max(len(batch), 1), size or 1):
+            rows = slice(start, start + size)
+            width = int(batch.attention_mask[rows].sum(1).max()) if len(batch) else 1
+            parts.append(batch.rows(rows, width=max(width, 1)))
+        return parts
+
+    def _rows_logprobs(self, method: str, batch: RolloutBatch) -> torch.Tensor:
+        if self.world_size == 1:
+            return self.handles[0].call_sync(method, batch, timeout=self.rpc_timeout)
+        parts = self._split_rows(batch)
+        width = batch.input_ids.shape[1]
+        results = _run(
+            _gather(
+                handle.call(method, part, timeout=self.rpc_timeout)
+                for handle, part in zip(self.handles, parts, strict=False)
+            )
+        )
+        return torch.cat(
+            [torch.nn.functional.pad(r, (0, width - r.shape[1])) for r in results]
+        )  # [B, T]
+
+    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, T]``: the batch's rows split over the ranks."""
+        return self._rows_logprobs("logprobs", batch)
+
+    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, T]`` under the reference, rows split over the ranks."""
+        return self._rows_logprobs("reference_logprobs", batch)
+
+    def train_step(
+        self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction
+    ) -> dict[str, Metric]:
+        """Deal the micro-batches out (rank ``r`` takes a contiguous share), step together.
+
+        The metrics are folded in the micro-batches' order, as one process folds them.
+        """
+        shares = _deal(list(micro_batches), self.world_size)
+        results = self._all("train_step", [(share, loss_fn) for share in shares])
+        reducer = MetricReducer()
+        for per_micro, _ in results:
+            for metrics in per_micro:
+                reducer.add(metrics)
+        reducer.add(results[0][1])
+        return reducer.metrics()
+
+    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Rank 0's weights by Hugging Face name, fetched a bucket at a time."""
+        rank0 = self.handles[0]
+        count = rank0.call_sync("weight_buckets", WEIGHT_BUCKET_BYTES, timeout=self.rpc_timeout)
+        for index in range(count):
+            yield from rank0.call_sync("weight_bucket", index, timeout=self.rpc_timeout).items()
+
+    def save(self, directory: Path) -> None:
+        """Rank 0 writes the checkpoint."""
+        self._all("save", [(str(directory),)] * self.world_size)
+
+    def load(self, directory: Path) -> None:
+        """Every rank loads the checkpoint."""
+        self._all("load", [(str(directory),)] * self.world_size)
+
+    def train(self, mode: bool = True) -> None:
+        """Every rank's model to training or evaluation mode."""
+        self._all("train", [(mode,)] * self.world_size)
+
+    def close(self) -> None:
+        """Every rank leaves the process group."""
+        self._all("close", [()] * self.world_size)
+
+
+def _deal(items: list[Any], parts: int) -> list[list[Any]]:
+    """Contiguous shares of ``items`` for ``parts`` ranks, larger shares first."""
+    base, extra = divmod(len(items), parts)
+    shares, start = [], 0
+    for index in range(parts):
+        count = base + (index < extra)
+        shares.append(items[start : start + count])
+        start += count
+    return shares
+
+
+async def _gather(calls: Any) -> list[Any]:
+    return list(await asyncio.gather(*calls))
+
+
+def _run(coroutine: Any) -> Any:
+    """Run ``coroutine`` to completion from synchronous code (on a private loop when
+    this thread already runs one: the recipe calls the strategy from its loop's thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
