@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from agentgym.cluster import DISTRIBUTED, plan_placement
 from agentgym.errors import ConfigError, check_choice, did_you_mean
 from agentgym.models.tiny import TinyModelSpec
 from agentgym.models.warmstart import WarmStartSpec
@@ -285,7 +286,9 @@ class TrainConfig(Section):
     step_score: Choice("step_score", STEP_SCORES) = "episode"  # type: ignore[valid-type]
     prefix_check: Choice("prefix_check", PREFIX_CHECK_MODES) = "warn"  # type: ignore[valid-type]
 
-    # distribution and scheduling (later issues)
+    # distribution and scheduling
+    distributed: Choice("distributed", DISTRIBUTED) = "local"  # type: ignore[valid-type]
+    ray_address: str | None = None
     local_rank: int = -1
     num_nodes: PositiveInt = 1
     num_gpus_per_node: NonNegativeInt = 0
@@ -363,13 +366,12 @@ class TrainConfig(Section):
 # Keys known from ROLL, not implemented yet ---------------------------------------------
 
 _GAE = "GAE with a critic is not supported yet; use adv_estimator=grpo or reinforce"
-_RAY = "runs are in-process on one machine for now (Ray placement comes next)"
+_RAY = "roles are sized by device_mapping (one rank per device; num_gpus_per_worker per engine)"
 _REWARD = "reward scaling and normalization beyond reward_normalization is not supported yet"
 NOT_YET: dict[str, str] = {
     "adv_estimator=gae": _GAE,
     "lambd": _GAE,
     "critic_warmup": _GAE,
-    "num_nodes": _RAY,
     "local_rank": "it is set by a launcher; agentgym runs one process",
     "async_generation_ratio": "async generation is not supported yet; use 0 (synchronous)",
     "generate_opt_level": "generation always schedules per request (level 1)",
@@ -397,9 +399,7 @@ NOT_YET: dict[str, str] = {
     "checkpoint_config": "checkpoints go to output_dir/checkpoints",
     "reward_pretrain": "reward models are not supported; envs give the rewards",
     "train_env_manager.worker_cls": "env workers in their own processes come with Ray",
-    "train_env_manager.max_env_num_per_worker": "envs run in threads of this process for now",
     "val_env_manager.worker_cls": "env workers in their own processes come with Ray",
-    "val_env_manager.max_env_num_per_worker": "envs run in threads of this process for now",
 }
 for _role in ("actor_train", "actor_infer", "critic", "reference"):
     NOT_YET |= {
@@ -407,16 +407,18 @@ for _role in ("actor_train", "actor_infer", "critic", "reference"):
         "template from the tokenizer"
         for key in DataArgs.model_fields
     }
-    NOT_YET |= {
-        f"{_role}.{key}": _RAY for key in ("device_mapping", "world_size", "infer_batch_size")
-    }
-    NOT_YET[f"{_role}.num_gpus_per_worker"] = _RAY
+    NOT_YET |= {f"{_role}.{key}": _RAY for key in ("world_size", "infer_batch_size")}
+    if _role != "actor_infer":
+        NOT_YET[f"{_role}.num_gpus_per_worker"] = (
+            "devices per worker apply to actor_infer's engines; a trainer rank has one device"
+        )
     NOT_YET[f"{_role}.model_update_frequency"] = "weights sync after every step"
     NOT_YET[f"{_role}.generating_args.num_beams"] = "beam search is not supported in RL rollouts"
     NOT_YET[f"{_role}.generating_args.num_return_sequences"] = (
         "use train_env_manager.group_size for several samples of one state"
     )
 NOT_YET["critic.strategy_args.strategy_name"] = _GAE
+NOT_YET["critic.device_mapping"] = _GAE
 
 
 def _get(config: BaseModel, path: str) -> Any:
@@ -498,6 +500,40 @@ def _check_relations(config: TrainConfig) -> None:
     check_choice("actor_infer.strategy_args.strategy_name", str(backend), BACKENDS)
 
 
+def device_mappings(config: TrainConfig) -> dict[str, list[int]]:
+    """Each device role's ``device_mapping``, with the defaults filled in: one device
+    (rank 0) for ``actor_train`` and for ``actor_infer`` (colocated), and the
+    reference inside the ``actor_train`` ranks (the torch strategy holds it)."""
+    train = config.actor_train.device_mapping or [0]
+    infer = config.actor_infer.device_mapping or range(config.actor_infer.num_gpus_per_worker)
+    return {"actor_train": list(train), "actor_infer": list(infer)}
+
+
+def _check_placement(config: TrainConfig) -> None:
+    reference = config.reference.device_mapping
+    mappings = device_mappings(config)
+    if reference and reference != mappings["actor_train"]:
+        raise ConfigError(
+            f"reference.device_mapping={reference}: the reference model lives in the "
+            f"actor_train ranks (device_mapping={mappings['actor_train']}); leave it null "
+            "or give the same list"
+        )
+    plan = plan_placement(
+        mappings,
+        num_nodes=config.num_nodes,
+        num_gpus_per_node=config.num_gpus_per_node,
+        devices_per_worker={"actor_infer": config.actor_infer.num_gpus_per_worker},
+    )
+    if config.distributed == "local":
+        sizes = {role: plan.world_size(role) for role in ("actor_train", "actor_infer")}
+        if config.num_nodes != 1 or any(size != 1 for size in sizes.values()):
+            raise ConfigError(
+                f"distributed=local runs one trainer rank and one engine in this process, but "
+                f"num_nodes={config.num_nodes}, actor_train has {sizes['actor_train']} rank(s) "
+                f"and actor_infer {sizes['actor_infer']} engine(s): set distributed=ray"
+            )
+
+
 def _field_names(model: type[BaseModel]) -> list[str]:
     return list(model.model_fields)
 
@@ -551,6 +587,7 @@ def validate(raw: Mapping[str, Any], *, training: bool = True) -> TrainConfig:
         raise ConfigError("invalid config:\n  " + "\n  ".join(messages)) from None
     _check_not_yet(config)
     _check_relations(config)
+    _check_placement(config)
     if training:
         _check_training(config)
     return config

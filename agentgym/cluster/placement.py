@@ -90,22 +90,6 @@ class PlacementPlan:
         """Workers of ``role`` (0 when the role has no devices)."""
         return len(self.workers.get(role, ()))
 
-    def shared(self, role: str) -> dict[int, int]:
-        """For each global device of ``role``, how many roles use that device."""
-        counts: dict[int, int] = {}
-        for workers in self.workers.values():
-            for worker in workers:
-                for slot in worker.slots:
-                    key = slot.node * self.devices_per_node + slot.device
-                    counts[key] = counts.get(key, 0) + 1
-        return {
-            slot.node * self.devices_per_node + slot.device: counts[
-                slot.node * self.devices_per_node + slot.device
-            ]
-            for worker in self.workers.get(role, ())
-            for slot in worker.slots
-        }
-
 
 def plan_placement(
     mappings: Mapping[str, Sequence[int] | None],
