@@ -56,6 +56,8 @@ def gae_advantages(
     This is verl's ``compute_gae_advantage_return`` (which skips observation
     tokens the same way) before its whitening, and on a contiguous mask also
     ROLL's ``compute_gae_advantage_return`` on masked rewards and values.
+    ROLL's has no gap handling: across an observation it would take each
+    observation token as a step with value 0 and reward 0.
     verl whitens the advantages inside the estimator; ROLL leaves that to
     ``whiten_advantages``, and so do we (``compute_advantages``' ``whiten``).
     Rewards, values and NaNs off the mask never reach the result.

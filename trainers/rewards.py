@@ -204,9 +204,11 @@ def apply_reward_norm(
     ``reward_normalization``), and keeps its rewards under ``scale``. ROLL's
     RLVR ``reward_norm`` divides by ``0 + 1e-6`` there (multiplying a constant
     group's rewards by 1e6 under ``scale``, NaN for a group of one); that is
-    the deliberate deviation. ``scale`` with ``batch`` or ``group`` is honoured
-    as in ROLL's later ``norm_std_type`` form; ROLL's first form ignored it
-    except with ``running``.
+    the deliberate deviation. ``scale`` is honoured for all three scopes: ROLL's
+    first form ignored it except with ``running``, and its later
+    ``norm_std_type``-only form with ``group`` broadcasts ``[B]`` rewards
+    against ``[B/n, 1]`` stds into a ``[B/n, B]`` tensor (a shape bug); we
+    divide each reward by its own group's std, as the key is documented.
 
     Args:
         scores: ``[B]`` response-level rewards.
