@@ -152,7 +152,10 @@ class EnvManager:
             ("env_groups", env_groups),
             ("group_size", group_size),
             ("max_traj_per_env", max_traj_per_env),
-            ("max_env_num_per_worker", max_env_num_per_worker or 1),
+            (
+                "max_env_num_per_worker",
+                1 if max_env_num_per_worker is None else max_env_num_per_worker,
+            ),
         ]:
             if value < 1:
                 raise ValueError(f"{key} must be >= 1, got {value}")

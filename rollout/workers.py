@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
@@ -35,6 +36,9 @@ from agentgym.envs.scripted import Agent, make_agent
 from agentgym.envs.text_env import TextEnv
 
 _T = TypeVar("_T")
+
+RESTART_WAIT = 300.0
+"""Seconds an episode's reset waits for its restarting env worker (which rebuilds its envs)."""
 
 
 class EnvLostError(RuntimeError):
@@ -256,12 +260,21 @@ class WorkerEnv:
         handle: The worker's handle.
         index: The env's index on the worker.
         render_mode: The env's render mode.
+        restart_wait: Seconds a reset waits for a restarting worker to come back.
     """
 
-    def __init__(self, handle: WorkerHandle, index: int, render_mode: str | None) -> None:
+    def __init__(
+        self,
+        handle: WorkerHandle,
+        index: int,
+        render_mode: str | None,
+        *,
+        restart_wait: float = RESTART_WAIT,
+    ) -> None:
         self.handle = handle
         self.index = index
         self.render_mode = render_mode
+        self.restart_wait = restart_wait
         self._incarnation = ""
 
     @property
@@ -276,9 +289,27 @@ class WorkerEnv:
             raise EnvLostError(f"env {self.index} of {self.handle.name}: {error}") from error
 
     async def reset(self, seed: int, *, frame: bool = False) -> EnvReset:
-        """Reset on the worker (a restarted worker's fresh env is fine here)."""
-        self._incarnation, start = await self._call("reset", self.index, seed, frame)
-        return start
+        """Reset on the worker, waiting for it while it restarts (nothing is lost yet).
+
+        Raises:
+            EnvLostError: If the worker is not back within ``restart_wait`` seconds.
+        """
+        deadline = time.monotonic() + self.restart_wait
+        pause = 0.05
+        while True:
+            try:
+                self._incarnation, start = await self.handle.call("reset", self.index, seed, frame)
+                return start
+            except WorkerDiedError as error:  # Ray refuses calls while the actor restarts
+                if time.monotonic() + pause > deadline:
+                    raise EnvLostError(
+                        f"env {self.index} of {self.handle.name}: the worker was not back "
+                        f"{self.restart_wait:.0f} s after it died ({error})"
+                    ) from error
+            except RpcTimeoutError as error:
+                raise EnvLostError(f"env {self.index} of {self.handle.name}: {error}") from error
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 1.0)
 
     async def step(self, text: str, *, frame: bool = False) -> EnvStep:
         """Step on the worker.
