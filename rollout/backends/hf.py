@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,7 @@ from agentgym.rollout.backends.base import Generation, GenerationError, Sampling
 
 if TYPE_CHECKING:
     from agentgym.envs.text_env import TextEnv
+    from agentgym.rollout.backends.buckets import WeightBucket
 
 
 @dataclass
@@ -49,6 +51,7 @@ class HFBackend:
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
         self._lock: asyncio.Lock | None = None
+        self._received: set[str] = set()
 
     @classmethod
     def from_pretrained(
@@ -171,7 +174,9 @@ class HFBackend:
         """Take ``weights`` (Hugging Face names): tensors on the model's device and
         dtype are adopted (shared from then on), others are copied in."""
         async with self._lock or asyncio.Lock():
-            own = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
+            own = dict(self.model.named_parameters(remove_duplicate=False)) | dict(
+                self.model.named_buffers(remove_duplicate=False)
+            )
             with torch.no_grad():
                 for name, tensor in weights:
                     target = own.get(name)
@@ -187,6 +192,53 @@ class HFBackend:
                         target.data = tensor.detach()
                     else:
                         target.copy_(tensor)
+
+    async def begin_weight_update(self) -> None:
+        """Start a bucketed update (the coverage check of :meth:`finish_weight_update`)."""
+        self._received = set()
+
+    async def load_weight_bucket(self, bucket: WeightBucket) -> float:
+        """Copy one bucket's tensors into the model (never adopted: the bucket's
+        buffer may be read-only and is released after the call).
+
+        Returns:
+            Seconds spent copying.
+
+        Raises:
+            KeyError: Naming a tensor the model does not have.
+        """
+        async with self._lock or asyncio.Lock():
+            started = time.perf_counter()
+            await asyncio.to_thread(self._copy_bucket, bucket)
+            return time.perf_counter() - started
+
+    @torch.no_grad()
+    def _copy_bucket(self, bucket: WeightBucket) -> None:
+        own = dict(self.model.named_parameters(remove_duplicate=False)) | dict(
+            self.model.named_buffers(remove_duplicate=False)
+        )
+        for name in bucket.names:
+            if name not in own:
+                raise KeyError(f"weight sync: the model has no parameter {name!r}")
+        for name, tensor in bucket.tensors():
+            own[name].copy_(tensor)
+        for name, source in bucket.aliases():
+            if own[name] is not own[source]:  # tied in the trainer, untied here
+                own[name].copy_(own[source])
+        self._received.update(bucket.names)
+
+    async def finish_weight_update(self) -> None:
+        """Check that every parameter was sent.
+
+        Raises:
+            GenerationError: Naming the parameters no bucket carried.
+        """
+        missing = sorted({name for name, _ in self.model.named_parameters()} - self._received)
+        if missing:
+            raise GenerationError(
+                f"weight sync left {len(missing)} parameter(s) with their old values: "
+                f"{missing[:5]}{' ...' if len(missing) > 5 else ''}"
+            )
 
     async def close(self) -> None:
         """Stop the batching task."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     import torch
 
     from agentgym.envs.text_env import TextEnv
+    from agentgym.rollout.backends.buckets import WeightBucket
 
 _EXTENSION = "agentgym.rollout.backends.vllm_worker.WeightReloadExtension"
 
@@ -148,6 +150,35 @@ class VLLMBackend:
         payload = save({name: tensor.detach().contiguous().cpu() for name, tensor in weights})
         await self.engine.collective_rpc("agentgym_load_weights", args=(payload,))
         await self.engine.reset_prefix_cache()
+
+    async def begin_weight_update(self) -> None:
+        """Start a bucketed update (the model is unusable until :meth:`finish_weight_update`)."""
+        await self.engine.collective_rpc("agentgym_begin_weight_update")
+
+    async def load_weight_bucket(self, bucket: WeightBucket) -> float:
+        """Load one bucket into every worker.
+
+        Returns:
+            Seconds the call took (serialization to the engine core included).
+        """
+        started = time.perf_counter()
+        await self.engine.collective_rpc("agentgym_load_weight_bucket", args=bucket.to_wire())
+        return time.perf_counter() - started
+
+    async def finish_weight_update(self) -> None:
+        """Rebuild what no bucket touched, clear the prefix cache, and check coverage.
+
+        Raises:
+            GenerationError: Naming the engine parameters that no bucket carried.
+        """
+        missing = await self.engine.collective_rpc("agentgym_finish_weight_update")
+        await self.engine.reset_prefix_cache()
+        unloaded = sorted({name for names in missing for name in names})
+        if unloaded:
+            raise GenerationError(
+                f"weight sync left {len(unloaded)} vLLM parameter(s) with their old values: "
+                f"{unloaded[:5]}{' ...' if len(unloaded) > 5 else ''}"
+            )
 
     async def close(self) -> None:
         """Shut the engine down (and drop it now: its finalizer fails at interpreter exit)."""
