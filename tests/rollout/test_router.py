@@ -176,7 +176,10 @@ def test_a_dropped_tensor_at_a_reused_address_is_not_an_alias() -> None:
 
 
 def test_the_wire_format_round_trips() -> None:
-    tensors = [("a", torch.arange(6, dtype=torch.float32).view(2, 3)), ("b", "a")]
+    tensors: list[tuple[str, torch.Tensor | str]] = [
+        ("a", torch.arange(6, dtype=torch.float32).view(2, 3)),
+        ("b", "a"),
+    ]
     bucket = pack_bucket(3, tensors)
     payload, specs = bucket.to_wire()
     again = WeightBucket.from_wire(bytes(payload), specs, index=3)
