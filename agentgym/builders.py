@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from agentgym.cluster import Cluster, PlacementPlan, plan_placement, start_cluster
 from agentgym.console import LIBRARY_LOG_FILE, redirect_output
 from agentgym.errors import ConfigError
 from agentgym.fileio import write_atomic, write_json_atomic
@@ -22,10 +23,11 @@ from agentgym.rollout.backends import resolve_backend as _resolve_backend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvConfig, EnvManager
 from agentgym.rollout.loop import RolloutConfig
-from agentgym.schema import EnvManagerSection, GeneratingArgs, TrainConfig
+from agentgym.schema import EnvManagerSection, GeneratingArgs, TrainConfig, device_mappings
 from agentgym.trainers.grpo import RUN_CONFIG, GRPOConfig, TrainParts
 from agentgym.trainers.strategies import Strategy, build_strategy
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
+from agentgym.trainers.workers import start_trainer_group
 
 
 def model_path(config: TrainConfig) -> Path:
@@ -124,26 +126,68 @@ def generation_backend(
     )
 
 
-def policy_strategy(config: TrainConfig, path: Path, *, needs_reference: bool) -> Strategy:
-    """The training strategy ``actor_train.strategy_args.strategy_name`` for ``path``."""
+def strategy_settings(config: TrainConfig, path: Path, *, needs_reference: bool) -> dict[str, Any]:
+    """The ``actor_train`` role's settings for :func:`build_strategy` (every rank gets these)."""
     role = config.actor_train
     args = role.training_args
-    return build_strategy(
-        str(role.strategy_args.strategy_name),
-        path,
-        role.strategy_args.strategy_config,
-        dtype=role.model_args.dtype,
-        device=config.model.device,
-        gradient_checkpointing=not role.model_args.disable_gradient_checkpointing,
-        attn_implementation=role.model_args.attn_implementation,
-        learning_rate=args.learning_rate,
-        weight_decay=args.weight_decay,
-        warmup_steps=args.warmup_steps,
-        lr_scheduler_type=args.lr_scheduler_type,
-        max_grad_norm=config.max_grad_norm,
-        temperature=config.actor_infer.generating_args.temperature,
-        micro_batch_size=args.per_device_train_batch_size,
-        reference_path=path if needs_reference else None,
+    return {
+        "dtype": role.model_args.dtype,
+        "device": config.model.device,
+        "gradient_checkpointing": not role.model_args.disable_gradient_checkpointing,
+        "attn_implementation": role.model_args.attn_implementation,
+        "learning_rate": args.learning_rate,
+        "weight_decay": args.weight_decay,
+        "warmup_steps": args.warmup_steps,
+        "lr_scheduler_type": args.lr_scheduler_type,
+        "max_grad_norm": config.max_grad_norm,
+        "temperature": config.actor_infer.generating_args.temperature,
+        "micro_batch_size": args.per_device_train_batch_size,
+        "reference_path": path if needs_reference else None,
+    }
+
+
+def policy_strategy(
+    config: TrainConfig, path: Path, *, needs_reference: bool, cluster: Cluster | None = None
+) -> Strategy:
+    """The training strategy ``actor_train.strategy_args.strategy_name`` for ``path``:
+    in this process (``distributed=local``), or a trainer worker group of one rank
+    per ``actor_train.device_mapping`` device on ``cluster``."""
+    role = config.actor_train
+    settings = strategy_settings(config, path, needs_reference=needs_reference)
+    name = str(role.strategy_args.strategy_name)
+    if cluster is None or cluster.kind == "local":
+        return build_strategy(name, path, role.strategy_args.strategy_config, **settings)
+    plan = placement_plan(config)
+    return start_trainer_group(
+        cluster,
+        plan.workers["actor_train"],
+        strategy_name=name,
+        model_path=path,
+        strategy_config=role.strategy_args.strategy_config,
+        settings=settings,
+        rpc_timeout=config.rpc_timeout,
+    )
+
+
+def placement_plan(config: TrainConfig) -> PlacementPlan:
+    """Where the device roles' workers run (checked at validation already)."""
+    return plan_placement(
+        device_mappings(config),
+        num_nodes=config.num_nodes,
+        num_gpus_per_node=config.num_gpus_per_node,
+        devices_per_worker={"actor_infer": config.actor_infer.num_gpus_per_worker},
+    )
+
+
+def cluster(config: TrainConfig) -> Cluster:
+    """The local process or the Ray cluster the roles run on (``distributed``)."""
+    return start_cluster(
+        config.distributed,
+        address=config.ray_address,
+        num_nodes=config.num_nodes,
+        num_gpus_per_node=config.num_gpus_per_node,
+        env_vars=config.system_envs,
+        rpc_timeout=config.rpc_timeout,
     )
 
 
@@ -198,15 +242,32 @@ def build_train(
         resume_run_id: The tracker run to continue (from the checkpoint resumed).
         resume_step: The step resumed from (later metrics lines are dropped).
     """
+    grpo = grpo_config(config)
+    path = model_path(config)
+    workers = cluster(config)
+    try:
+        return grpo, _build_parts(config, resolved, grpo, path, workers, resume_run_id, resume_step)
+    except BaseException:
+        workers.shutdown()
+        raise
+
+
+def _build_parts(
+    config: TrainConfig,
+    resolved: dict[str, Any],
+    grpo: GRPOConfig,
+    path: Path,
+    workers: Cluster,
+    resume_run_id: str | None,
+    resume_step: int | None,
+) -> TrainParts:
     from transformers import AutoTokenizer
 
-    grpo = grpo_config(config)
     tags = dict.fromkeys([*config.train_env_manager.tags, *config.val_env_manager.tags])
     envs = env_versions(
         [dict(config.train_env_manager.env_configs).get(tag, {}).get("name", tag) for tag in tags]
     )
-    path = model_path(config)
-    strategy = policy_strategy(config, path, needs_reference=grpo.needs_reference)
+    strategy = policy_strategy(config, path, needs_reference=grpo.needs_reference, cluster=workers)
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     output_dir = Path(config.output_dir)
@@ -237,7 +298,7 @@ def build_train(
         console_log=output_dir / CONSOLE_LOG_FILE,
         header={"envs": envs},
     )
-    parts = TrainParts(
+    return TrainParts(
         strategy=strategy,
         backend=backend,
         chat=ChatTokenizer(tokenizer),
@@ -256,5 +317,5 @@ def build_train(
         dump_dir=Path(config.rollout_dump_dir) if config.rollout_dump_dir else None,
         meta={"config": resolved, "tokenizer": str(path), "envs": envs},
         pad_token_id=pad,
+        cluster=workers,
     )
-    return grpo, parts

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import yaml
 
+from agentgym.cluster import Cluster
 from agentgym.fileio import write_json_atomic
 from agentgym.rollout.backends.base import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
@@ -143,6 +144,7 @@ class TrainParts:
     dump_dir: Path | None
     meta: dict[str, Any]
     pad_token_id: int
+    cluster: Cluster | None = None
 
 
 def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) -> None:
@@ -208,7 +210,8 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
 
 
 def shut_down(parts: TrainParts, loop: asyncio.AbstractEventLoop) -> None:
-    """Close the env managers, the backend (its engine process too) and the trackers.
+    """Close the env managers, the backend (its engine process too), the trackers, and
+    stop the cluster's workers.
 
     Episodes still running (a Ctrl-C mid-rollout) are cancelled first, so that
     closing the backend does not resume them.
@@ -218,11 +221,15 @@ def shut_down(parts: TrainParts, loop: asyncio.AbstractEventLoop) -> None:
         task.cancel()
     with contextlib.suppress(KeyboardInterrupt):  # a task Ctrl-C interrupted raises it again
         loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-    parts.train_manager.close()
-    parts.val_manager.close()
-    loop.run_until_complete(parts.backend.close())
-    loop.close()
-    parts.tracker.close()
+    try:
+        parts.train_manager.close()
+        parts.val_manager.close()
+        loop.run_until_complete(parts.backend.close())
+        loop.close()
+        parts.tracker.close()
+    finally:
+        if parts.cluster is not None:  # every worker it started (trainer ranks, engines, envs)
+            parts.cluster.shutdown()
 
 
 def check_failures(config: GRPOConfig, trajectories: list[Trajectory], step: int) -> float:
