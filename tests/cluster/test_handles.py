@@ -1,0 +1,88 @@
+"""Worker handles on a local Ray instance and in-process: results, the method's own
+errors, rpc_timeout naming the worker and the method, a dead worker, system_envs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from agentgym.cluster import (
+    Cluster,
+    LocalCluster,
+    RpcTimeoutError,
+    WorkerDiedError,
+    start_cluster,
+)
+
+
+class Probe:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def read(self, name: str) -> tuple[int, int, str | None]:
+        return self.value, os.getpid(), os.environ.get(name)
+
+    def fail(self) -> None:
+        raise KeyError("no such key")
+
+    def sleep(self, seconds: float) -> str:
+        time.sleep(seconds)
+        return "awake"
+
+    async def twice(self, x: int) -> int:
+        await asyncio.sleep(0)
+        return 2 * x
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Cluster]:
+    cluster = start_cluster("ray", env_vars={"AGENTGYM_PROBE": "from system_envs"}, rpc_timeout=60)
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+@pytest.mark.ray
+def test_an_actor_runs_in_its_own_process_with_system_envs_and_devices(
+    ray_cluster: Cluster,
+) -> None:
+    handle = ray_cluster.spawn(Probe, 7, name="probe[0]", node=0, visible_devices="1,3")
+    value, pid, probe = handle.call_sync("read", "AGENTGYM_PROBE")
+    assert (value, probe) == (7, "from system_envs")
+    assert pid != os.getpid()
+    assert handle.call_sync("read", "CUDA_VISIBLE_DEVICES")[2] == "1,3"
+
+
+@pytest.mark.ray
+def test_errors_keep_their_type_and_timeouts_name_the_worker(ray_cluster: Cluster) -> None:
+    handle = ray_cluster.spawn(Probe, 1, name="actor_infer[2]", node=0, concurrency=2)
+    with pytest.raises(KeyError, match="no such key"):
+        handle.call_sync("fail")
+    with pytest.raises(RpcTimeoutError, match=r"actor_infer\[2\]\.sleep did not answer within"):
+        asyncio.run(handle.call("sleep", 3, timeout=1))
+    assert asyncio.run(handle.call("twice", 4)) == 8
+
+
+@pytest.mark.ray
+def test_a_killed_actor_gives_a_named_error(ray_cluster: Cluster) -> None:
+    handle = ray_cluster.spawn(Probe, 1, name="actor_train[1]", node=0)
+    ray_cluster.kill_process(handle)  # type: ignore[attr-defined]
+    with pytest.raises(WorkerDiedError, match=r"actor_train\[1\]\.read: the worker died"):
+        handle.call_sync("read", "X")
+
+
+def test_a_local_handle_runs_the_same_class_here() -> None:
+    cluster = LocalCluster(rpc_timeout=1)
+    handle = cluster.spawn(Probe, 5, name="probe[0]")
+    assert handle.call_sync("read", "HOME")[:2] == (5, os.getpid())
+    with pytest.raises(RpcTimeoutError, match=r"probe\[0\]\.sleep did not answer within"):
+        asyncio.run(handle.call("sleep", 3))
+    assert asyncio.run(handle.call("twice", 2)) == 4
+    with pytest.raises(ValueError, match="a local cluster has one node"):
+        cluster.spawn(Probe, 1, name="far", node=1)
+    cluster.shutdown()
