@@ -27,13 +27,18 @@ from agentgym import registry
 from agentgym.cluster import WorkerHandle
 from agentgym.cluster.placement import spread
 from agentgym.envs.text_env import TextEnv
-from agentgym.rollout.workers import EnvBuild, EnvClient, EnvWorker, LocalEnv, WorkerEnv
+from agentgym.rollout.worker_client import WorkerChannel, WorkerEnv
+from agentgym.rollout.workers import EnvBuild, EnvClient, EnvWorker, LocalEnv
 
 if TYPE_CHECKING:
     from agentgym.cluster import Cluster
 
 CLOSE_TIMEOUT = 30.0
 """Seconds an env worker is given to close its envs before it is killed."""
+
+WORKER_CONCURRENCY = 4
+"""Calls an env worker serves at once: an exchange, a wake-up, a close or a probe (its
+envs play in threads of its own, one per env)."""
 
 
 @dataclass(frozen=True)
@@ -225,14 +230,15 @@ class EnvManager:
                     registrations,
                     name=f"env_worker[{rank}]",
                     node=node,
-                    concurrency=per_worker,
+                    concurrency=WORKER_CONCURRENCY,
                     restarts=-1,
                 )
             )
         clients = []
         for handle in self.workers:  # waits for the envs to be built; raises their errors
+            channel = WorkerChannel(handle)
             modes = handle.call_sync("render_modes")
-            clients += [WorkerEnv(handle, index, mode) for index, mode in enumerate(modes)]
+            clients += [WorkerEnv(channel, index, mode) for index, mode in enumerate(modes)]
         return clients
 
     @property

@@ -6,39 +6,40 @@ next), so it does not know where the env lives:
 
 - :class:`LocalEnv` wraps a :class:`~agentgym.envs.text_env.TextEnv` of this
   process and runs its calls in the rollout's thread pool (the default);
-- :class:`WorkerEnv` is env ``index`` of an :class:`EnvWorker` behind a
-  :class:`~agentgym.cluster.WorkerHandle`: an object in this process
-  (``LocalCluster``) or a Ray actor with its own process and interpreter lock.
+- :class:`~agentgym.rollout.worker_client.WorkerEnv` is env ``index`` of an
+  :class:`EnvWorker` behind a :class:`~agentgym.cluster.WorkerHandle`: an
+  object in this process (``LocalCluster``) or a Ray actor with its own
+  process and interpreter lock.
 
-An :class:`EnvWorker` holds up to ``max_env_num_per_worker`` envs and serves
-one call per env at a time from its threads. A worker's process may die
-(killed, out of memory); Ray then restarts it, which builds its envs anew.
-Every answer of a worker names its *incarnation*, so an episode that began
-before a restart is not continued on a fresh env: its next call raises
-:class:`EnvLostError`, and the loop ends it as an ``env_error``.
+An :class:`EnvWorker` holds up to ``max_env_num_per_worker`` envs and plays
+them in as many threads. The driver sends it requests in batches
+(:meth:`EnvWorker.exchange`: start these, return what has finished), since
+one Ray call costs about as much driver time as a whole in-process env-turn.
+A worker's process may die (killed, out of memory); Ray then restarts it,
+which builds its envs anew. Every reset names the worker's *incarnation*, so
+an episode that began before a restart is not continued on a fresh env: its
+next call raises :class:`EnvLostError`, and the loop ends it as an ``env_error``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import time
+import pickle
+import threading
+import traceback
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from agentgym import registry
-from agentgym.cluster import RpcTimeoutError, WorkerDiedError, WorkerHandle
 from agentgym.envs.adapter import make_text_env
 from agentgym.envs.scripted import Agent, make_agent
 from agentgym.envs.text_env import TextEnv
 
 _T = TypeVar("_T")
-
-RESTART_WAIT = 300.0
-"""Seconds an episode's reset waits for its restarting env worker (which rebuilds its envs)."""
 
 
 class EnvLostError(RuntimeError):
@@ -93,6 +94,30 @@ class EnvStep:
     truncated: bool
     info: dict[str, Any]
     frame: Any = None
+
+
+@dataclass(frozen=True)
+class EnvRequest:
+    """One call to an env worker, sent in a batch.
+
+    Attributes:
+        id: Names the request's answer.
+        method: One of :data:`EnvWorker.SERVED`.
+        args: Its arguments.
+    """
+
+    id: int
+    method: str
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class EnvAnswer:
+    """The outcome of an :class:`EnvRequest`: its result, or the exception it raised."""
+
+    id: int
+    ok: bool
+    value: Any
 
 
 def _reset(env: TextEnv, seed: int, frame: bool) -> EnvReset:
@@ -183,6 +208,9 @@ class EnvWorker:
             point every process sees), registered here before the envs are made.
     """
 
+    SERVED = frozenset({"reset", "step", "render", "act"})
+    """Methods an :class:`EnvRequest` may name."""
+
     def __init__(
         self, builds: Sequence[EnvBuild], registrations: Sequence[registry.EnvSpec] = ()
     ) -> None:
@@ -193,6 +221,48 @@ class EnvWorker:
         self.incarnation = uuid.uuid4().hex
         self._agents: dict[int, tuple[str, Agent]] = {}
         self._closed = False
+        self._pool = ThreadPoolExecutor(max(1, len(self.envs)), thread_name_prefix="env")
+        self._ready = threading.Condition()
+        self._answers: list[EnvAnswer] = []
+        self._session = ""
+        self._woken = False
+
+    def exchange(
+        self, session: str, requests: Sequence[EnvRequest], wait: float
+    ) -> list[EnvAnswer]:
+        """Start ``requests`` in this worker's threads; return the answers finished so far.
+
+        Waits up to ``wait`` seconds for a first answer (or for :meth:`wake`).
+        Answers are kept for the latest ``session`` only: a driver that starts
+        a new session (a new rollout) drops what an abandoned one left.
+        """
+        with self._ready:
+            if session != self._session:
+                self._session, self._answers = session, []
+        for request in requests:
+            self._pool.submit(self._serve, session, request)
+        with self._ready:
+            self._ready.wait_for(lambda: bool(self._answers) or self._woken, timeout=wait)
+            answers, self._answers, self._woken = self._answers, [], False
+        return answers
+
+    def wake(self) -> None:
+        """Make a waiting :meth:`exchange` return now (the driver has new requests)."""
+        with self._ready:
+            self._woken = True
+            self._ready.notify_all()
+
+    def _serve(self, session: str, request: EnvRequest) -> None:
+        try:
+            if request.method not in self.SERVED:
+                raise ValueError(f"{request.method!r} is not one of {sorted(self.SERVED)}")
+            answer = EnvAnswer(request.id, True, getattr(self, request.method)(*request.args))
+        except Exception as error:
+            answer = EnvAnswer(request.id, False, _portable(error))
+        with self._ready:
+            if session == self._session:
+                self._answers.append(answer)
+                self._ready.notify_all()
 
     def render_modes(self) -> list[str | None]:
         """Each env's render mode."""
@@ -249,80 +319,17 @@ class EnvWorker:
         """Close every env (once)."""
         if not self._closed:
             self._closed = True
+            self._pool.shutdown(wait=False, cancel_futures=True)
             for env in self.envs:
                 env.close()
 
 
-class WorkerEnv:
-    """Env ``index`` of an :class:`EnvWorker`, driven through the worker's handle.
-
-    Args:
-        handle: The worker's handle.
-        index: The env's index on the worker.
-        render_mode: The env's render mode.
-        restart_wait: Seconds a reset waits for a restarting worker to come back.
-    """
-
-    def __init__(
-        self,
-        handle: WorkerHandle,
-        index: int,
-        render_mode: str | None,
-        *,
-        restart_wait: float = RESTART_WAIT,
-    ) -> None:
-        self.handle = handle
-        self.index = index
-        self.render_mode = render_mode
-        self.restart_wait = restart_wait
-        self._incarnation = ""
-
-    @property
-    def backend_env(self) -> WorkerEnv:
-        """This client: a scripted policy calls :meth:`act`."""
-        return self
-
-    async def _call(self, method: str, *args: Any) -> Any:
-        try:
-            return await self.handle.call(method, *args)
-        except (WorkerDiedError, RpcTimeoutError) as error:
-            raise EnvLostError(f"env {self.index} of {self.handle.name}: {error}") from error
-
-    async def reset(self, seed: int, *, frame: bool = False) -> EnvReset:
-        """Reset on the worker, waiting for it while it restarts (nothing is lost yet).
-
-        Raises:
-            EnvLostError: If the worker is not back within ``restart_wait`` seconds.
-        """
-        deadline = time.monotonic() + self.restart_wait
-        pause = 0.05
-        while True:
-            try:
-                self._incarnation, start = await self.handle.call("reset", self.index, seed, frame)
-                return start
-            except WorkerDiedError as error:  # Ray refuses calls while the actor restarts
-                if time.monotonic() + pause > deadline:
-                    raise EnvLostError(
-                        f"env {self.index} of {self.handle.name}: the worker was not back "
-                        f"{self.restart_wait:.0f} s after it died ({error})"
-                    ) from error
-            except RpcTimeoutError as error:
-                raise EnvLostError(f"env {self.index} of {self.handle.name}: {error}") from error
-            await asyncio.sleep(pause)
-            pause = min(2 * pause, 1.0)
-
-    async def step(self, text: str, *, frame: bool = False) -> EnvStep:
-        """Step on the worker.
-
-        Raises:
-            EnvLostError: If the worker died or restarted during the episode.
-        """
-        return await self._call("step", self.index, self._incarnation, text, frame)
-
-    async def render(self) -> Any:
-        """Render on the worker."""
-        return await self._call("render", self.index)
-
-    async def act(self, agent: str, seed: int, owner: str) -> str:
-        """A scripted agent's response, computed on the worker (see :meth:`EnvWorker.act`)."""
-        return await self._call("act", self.index, self._incarnation, agent, seed, owner)
+def _portable(error: Exception) -> Exception:
+    """``error`` with its traceback on the worker as a note, and sure to pickle."""
+    where = "".join(traceback.format_exception(error))
+    try:
+        pickle.dumps(error)
+    except Exception:
+        error = RuntimeError(f"{type(error).__name__}: {error}")
+    error.add_note(f"raised on the env worker (pid {os.getpid()}):\n{where}")
+    return error

@@ -3,7 +3,7 @@
 This is how an env is checked end to end (chat template, rollout, rewards,
 renders, dumps) without a model. For an env on an env worker the agent
 acts there, where the env's state is (:meth:`WorkerEnv.act
-<agentgym.rollout.workers.WorkerEnv.act>`); only the text comes back.
+<agentgym.rollout.worker_client.WorkerEnv.act>`); only the text comes back.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentgym.envs.scripted import Agent, make_agent
 from agentgym.rollout.backends.base import Generation, GenerationError, SamplingParams
-from agentgym.rollout.workers import WorkerEnv
+from agentgym.rollout.worker_client import WorkerEnv
 
 if TYPE_CHECKING:
     import torch
@@ -45,7 +45,7 @@ class ScriptedBackend:
     ) -> Generation:
         """Write the agent's response to ``env``'s current state, as token ids.
 
-        ``env`` is the env itself, or the :class:`~agentgym.rollout.workers.WorkerEnv`
+        ``env`` is the env itself, or the :class:`~agentgym.rollout.worker_client.WorkerEnv`
         client of an env on a worker.
         """
         if env is None:

@@ -33,7 +33,8 @@ from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, RolloutResult, collect
 from agentgym.rollout.metrics import failure_report
-from agentgym.rollout.workers import EnvWorker, WorkerEnv
+from agentgym.rollout.worker_client import WorkerEnv
+from agentgym.rollout.workers import EnvWorker
 from agentgym.trajectory import Trajectory
 from tests.rollout.envs import AddToolEnv, CountEnv, registered
 
@@ -257,10 +258,10 @@ def test_workers_take_contiguous_envs_round_robin_over_nodes() -> None:
     )
     try:
         assert recorder.spawned == [
-            ("env_worker[0]", 0, 3, -1, 3),
-            ("env_worker[1]", 1, 3, -1, 3),
-            ("env_worker[2]", 0, 3, -1, 3),
-            ("env_worker[3]", 1, 3, -1, 1),
+            ("env_worker[0]", 0, 4, -1, 3),
+            ("env_worker[1]", 1, 4, -1, 3),
+            ("env_worker[2]", 0, 4, -1, 3),
+            ("env_worker[3]", 1, 4, -1, 1),
         ]
         homes = [slot.home for slot in manager.slots]
         assert all(isinstance(home, WorkerEnv) for home in homes)
