@@ -116,7 +116,7 @@ def engine_children(worker: Any) -> list[int]:
     """Runs inside an engine actor: the processes multiprocessing started there."""
     import multiprocessing
 
-    return [process.pid for process in multiprocessing.active_children()]
+    return [int(process.pid or 0) for process in multiprocessing.active_children()]
 
 
 @pytest.mark.ray
