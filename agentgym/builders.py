@@ -23,9 +23,16 @@ from agentgym.rollout.backends import resolve_backend as _resolve_backend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvConfig, EnvManager
 from agentgym.rollout.loop import RolloutConfig
-from agentgym.schema import EnvManagerSection, GeneratingArgs, TrainConfig, device_mappings
-from agentgym.trainers.grpo import RUN_CONFIG, GRPOConfig, TrainParts
-from agentgym.trainers.strategies import Strategy, build_strategy
+from agentgym.schema import (
+    EnvManagerSection,
+    GeneratingArgs,
+    TrainConfig,
+    device_mappings,
+    dual_clip_c,
+)
+from agentgym.trainers.grpo import RUN_CONFIG, GRPOConfig, TrainParts, kl_controller
+from agentgym.trainers.rewards import RunningMoments
+from agentgym.trainers.strategies import Critic, Strategy, build_critic, build_strategy
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
 from agentgym.trainers.workers import start_trainer_group
 
@@ -169,6 +176,30 @@ def policy_strategy(
     )
 
 
+def critic_strategy(config: TrainConfig, path: Path) -> Critic:
+    """GAE's critic (``critic.strategy_args.strategy_name``, torch by default): the value
+    model starts from ``critic.model_args.model_name_or_path`` or else the policy at
+    ``path``, trains with ``critic.training_args``, on ``model.device``."""
+    role = config.critic
+    args = role.training_args
+    source = role.model_args.model_name_or_path
+    return build_critic(
+        role.strategy_args.strategy_name or "torch",
+        Path(source).expanduser() if source else path,
+        role.strategy_args.strategy_config,
+        dtype=role.model_args.dtype,
+        device=config.model.device,
+        gradient_checkpointing=not role.model_args.disable_gradient_checkpointing,
+        attn_implementation=role.model_args.attn_implementation,
+        learning_rate=args.learning_rate,
+        weight_decay=args.weight_decay,
+        warmup_steps=args.warmup_steps,
+        lr_scheduler_type=args.lr_scheduler_type,
+        max_grad_norm=config.max_grad_norm,
+        micro_batch_size=args.per_device_train_batch_size,
+    )
+
+
 def placement_plan(config: TrainConfig) -> PlacementPlan:
     """Where the device roles' workers run (checked at validation already)."""
     return plan_placement(
@@ -205,7 +236,11 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
         "normalization": config.reward_normalization.method,
         "val_renders": config.validation.renders,
         "loss_scale_factor": config.loss_scale_factor or config.sequence_length,
-        "dual_clip_ratio_c": 3.0 if config.dual_clip_loss else config.dual_clip_ratio_c,
+        "dual_clip_ratio_c": dual_clip_c(config),
+        "critic_micro_batch_size": config.critic.training_args.per_device_train_batch_size,
+        "critic_gradient_accumulation_steps": (
+            config.critic.training_args.gradient_accumulation_steps
+        ),
     }
     values: dict[str, Any] = {
         f.name: derived[f.name] if f.name in derived else getattr(config, f.name)
@@ -318,4 +353,7 @@ def _build_parts(
         meta={"config": resolved, "tokenizer": str(path), "envs": envs},
         pad_token_id=pad,
         cluster=workers,
+        critic=critic_strategy(config, path) if config.adv_estimator == "gae" else None,
+        kl_controller=kl_controller(grpo),
+        reward_moments=RunningMoments(),
     )

@@ -38,7 +38,8 @@ from agentgym.rollout.backends import BACKENDS
 from agentgym.rollout.chat import PREFIX_CHECK_MODES
 from agentgym.trainers.advantages import ADVANTAGE_ESTIMATORS, GROUPINGS, NORMALIZATIONS
 from agentgym.trainers.losses import KL_PENALTIES, LOSS_AGG_MODES
-from agentgym.trainers.strategies import STRATEGIES, UNSUPPORTED_STRATEGIES
+from agentgym.trainers.rewards import REWARD_NORMS, check_reward_options
+from agentgym.trainers.strategies import CRITIC_STRATEGIES, STRATEGIES, UNSUPPORTED_STRATEGIES
 from agentgym.trainers.strategies.torch_strategy import LR_SCHEDULERS
 from agentgym.trainers.tracking import TRACKERS
 from agentgym.trajectory import SAMPLE_MODES, STEP_SCORES
@@ -317,12 +318,13 @@ class TrainConfig(Section):
     add_len_reward: Bool = False
     use_reward_norm: Bool = False
     whiten_rewards: Bool = False
-    reward_norm: str | None = None
+    reward_norm: Choice("reward_norm", REWARD_NORMS) | None = None  # type: ignore[valid-type]
     reward_shift: Bool = False
     reward_scale: Bool = False
     difficulty_loss_weight: Bool = False
     length_loss_weight: Bool = False
     critic_warmup: NonNegativeInt = 0
+    value_clip: PositiveFloat | None = None
 
     # losses
     clip_ratio_low: NonNegativeFloat = 0.2
@@ -336,7 +338,8 @@ class TrainConfig(Section):
     kl_penalty: Choice("kl_penalty", KL_PENALTIES) = "low_var_kl"  # type: ignore[valid-type]
     add_token_level_kl: Bool = False
     init_kl_coef: NonNegativeFloat = 0.001
-    kl_horizon: PositiveInt | None = None
+    target_kl: PositiveFloat | None = None
+    kl_horizon: PositiveInt = 10000
     entropy_loss_coef: float = 0.0
     tis_cap: PositiveFloat | None = None
     old_logprobs: Choice("old_logprobs", OLD_LOGPROBS) = "engine"  # type: ignore[valid-type]
@@ -365,13 +368,8 @@ class TrainConfig(Section):
 
 # Keys known from ROLL, not implemented yet ---------------------------------------------
 
-_GAE = "GAE with a critic is not supported yet; use adv_estimator=grpo or reinforce"
 _RAY = "roles are sized by device_mapping (one rank per device; num_gpus_per_worker per engine)"
-_REWARD = "reward scaling and normalization beyond reward_normalization is not supported yet"
 NOT_YET: dict[str, str] = {
-    "adv_estimator=gae": _GAE,
-    "lambd": _GAE,
-    "critic_warmup": _GAE,
     "local_rank": "it is set by a launcher; agentgym runs one process",
     "async_generation_ratio": "async generation is not supported yet; use 0 (synchronous)",
     "generate_opt_level": "generation always schedules per request (level 1)",
@@ -380,20 +378,11 @@ NOT_YET: dict[str, str] = {
     "max_running_requests": "use generation.max_batch_size (requests in flight per engine)",
     "is_use_additional_prompts": "over-provisioned prompts are not supported yet",
     "max_additional_running_prompts": "over-provisioned prompts are not supported yet",
-    "use_reward_scaling": _REWARD,
-    "add_len_reward": _REWARD,
-    "use_reward_norm": _REWARD,
-    "whiten_rewards": _REWARD,
-    "reward_norm": _REWARD + " (use reward_normalization.grouping/method)",
-    "reward_shift": _REWARD + " (use reward_normalization.method=mean)",
-    "reward_scale": _REWARD,
-    "difficulty_loss_weight": "per-sample loss weights are not supported yet",
-    "length_loss_weight": "per-sample loss weights are not supported yet",
-    "sft_loss_coef": "the SFT loss term is not supported yet",
-    "rl_loss_coef": "the RL loss is not reweighted yet; keep 1.0",
-    "use_topr_loss": "the TOPR loss is not supported yet",
-    "l2": "use actor_train.training_args.weight_decay",
-    "kl_horizon": "the adaptive KL controller is not supported yet; init_kl_coef is fixed",
+    "add_len_reward": "ROLL declares add_len_reward but no version of its code reads it, so "
+    "there is no behaviour to reproduce; shape rewards in the env instead",
+    "difficulty_loss_weight": "envs report no per-sample difficulty to weigh by yet",
+    "l2": "ROLL declares l2 ('L2 regularization') but no version of its code reads it; "
+    "use actor_train.training_args.weight_decay (or critic.training_args.weight_decay)",
     "prompt_length": "multi-turn rollouts bound prompt + responses with sequence_length",
     "response_length": "use generation.max_new_tokens (per turn) and sequence_length",
     "checkpoint_config": "checkpoints go to output_dir/checkpoints",
@@ -417,8 +406,10 @@ for _role in ("actor_train", "actor_infer", "critic", "reference"):
     NOT_YET[f"{_role}.generating_args.num_return_sequences"] = (
         "use train_env_manager.group_size for several samples of one state"
     )
-NOT_YET["critic.strategy_args.strategy_name"] = _GAE
-NOT_YET["critic.device_mapping"] = _GAE
+NOT_YET["critic.device_mapping"] = (
+    "the critic trains in the driver process on model.device; placing it on its own "
+    "devices is not supported yet"
+)
 
 
 def _get(config: BaseModel, path: str) -> Any:
@@ -479,11 +470,7 @@ def _check_relations(config: TrainConfig) -> None:
             f"actor_infer.generating_args.max_new_tokens={budget} leaves no room for a prompt "
             f"in sequence_length={config.sequence_length}"
         )
-    if config.dual_clip_loss and config.dual_clip_ratio_c not in (None, 3.0):
-        raise ConfigError(
-            f"dual_clip_loss=true means dual-clip with c = 3 (ROLL), but "
-            f"dual_clip_ratio_c={config.dual_clip_ratio_c}: set one of them"
-        )
+    _check_algorithm(config)
     if config.pretrain and not (Path(config.pretrain).expanduser() / "config.json").is_file():
         raise ConfigError(
             f"pretrain={config.pretrain!r} is not a model folder (no config.json); "
@@ -498,6 +485,79 @@ def _check_relations(config: TrainConfig) -> None:
         check_choice("actor_train.strategy_args.strategy_name", str(name), list(STRATEGIES))
     backend = config.actor_infer.strategy_args.strategy_name
     check_choice("actor_infer.strategy_args.strategy_name", str(backend), BACKENDS)
+
+
+def dual_clip_c(config: TrainConfig) -> float | None:
+    """The dual-clip bound ``c``: ``dual_clip_ratio_c`` (verl's ``clip_ratio_c``), or with
+    ROLL's ``dual_clip_loss`` ROLL's ``1 + 2 × pg_clip`` (1.4 at the default clip of 0.2)."""
+    if config.dual_clip_loss:
+        return 1.0 + 2.0 * config.clip_ratio_low
+    return config.dual_clip_ratio_c
+
+
+def _check_algorithm(config: TrainConfig) -> None:
+    """Keys of issue 19 that only make sense together (each message names the fix)."""
+    if config.dual_clip_loss:
+        if config.clip_ratio_low != config.clip_ratio_high:
+            raise ConfigError(
+                f"dual_clip_loss=true bounds the loss at (1 + 2 × pg_clip) × |A| (ROLL), which "
+                f"needs one clip: clip_ratio_low={config.clip_ratio_low} != clip_ratio_high="
+                f"{config.clip_ratio_high}; make them equal, or set dual_clip_ratio_c instead"
+            )
+        if config.dual_clip_ratio_c not in (None, dual_clip_c(config)):
+            raise ConfigError(
+                f"dual_clip_loss=true means dual-clip with c = 1 + 2 × {config.clip_ratio_low} "
+                f"= {dual_clip_c(config)} (ROLL), but dual_clip_ratio_c="
+                f"{config.dual_clip_ratio_c}: set one of them"
+            )
+    try:
+        check_reward_options(
+            use_reward_scaling=config.use_reward_scaling,
+            use_reward_norm=config.use_reward_norm,
+            reward_norm=config.reward_norm,
+            reward_shift=config.reward_shift,
+            reward_scale=config.reward_scale,
+        )
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    method = config.reward_normalization.method
+    if config.reward_norm is not None and method != "identity":
+        raise ConfigError(
+            f"reward_norm={config.reward_norm!r} normalizes the scores, and so does "
+            f"reward_normalization.method={method!r}: set reward_normalization.method=identity "
+            "(docs/rewards.md: how the reward keys compose)"
+        )
+    if config.whiten_rewards and config.adv_estimator == "grpo":
+        raise ConfigError(
+            "whiten_rewards whitens the token-level rewards, which adv_estimator=grpo does not "
+            "read (it spreads the normalized score): use adv_estimator=reinforce or gae, or "
+            "whiten_advantages"
+        )
+    if config.use_topr_loss and not config.sft_loss_coef:
+        raise ConfigError(
+            "use_topr_loss adds TOPR's tapered term for negative samples to the sft_loss_coef "
+            "term (ROLL): set sft_loss_coef > 0 (with rl_loss_coef=0 for pure TOPR)"
+        )
+    if config.target_kl is not None and not config.add_token_level_kl:
+        raise ConfigError(
+            f"target_kl={config.target_kl} adapts the coefficient of the token-level KL "
+            "penalty: set add_token_level_kl=true (or target_kl=null)"
+        )
+    gae = config.adv_estimator == "gae"
+    for key in ("critic_warmup", "value_clip"):
+        if not gae and getattr(config, key):
+            raise ConfigError(
+                f"{key}={getattr(config, key)} applies to the critic, which only "
+                "adv_estimator=gae trains: set adv_estimator=gae"
+            )
+    if gae:
+        name = config.critic.strategy_args.strategy_name or "torch"
+        check_choice("critic.strategy_args.strategy_name", name, list(CRITIC_STRATEGIES))
+        if config.distributed != "local":
+            raise ConfigError(
+                "adv_estimator=gae trains the critic in the driver process, which "
+                f"distributed={config.distributed!r} does not support yet: use distributed=local"
+            )
 
 
 def device_mappings(config: TrainConfig) -> dict[str, list[int]]:

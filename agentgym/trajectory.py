@@ -252,6 +252,11 @@ class RolloutBatch:
         step_returns: ``[B]`` each sample's discounted return from its turn on.
         state_ids: ``[B]`` the anchor-state group of each sample: equal for
             samples of one GRPO group whose turn answered the same observation.
+        values: ``[B, T]`` the critic's values the advantages were computed with
+            (GAE; 0 off the loss mask), filled by the trainer.
+        returns: ``[B, T]`` the critic's targets (GAE), filled by the trainer.
+        sample_weights: ``[B]`` per-sample weights of the policy loss
+            (``length_loss_weight``), filled per mini-batch by the trainer.
     """
 
     input_ids: torch.Tensor
@@ -269,6 +274,9 @@ class RolloutBatch:
     advantages: torch.Tensor | None = None
     step_returns: torch.Tensor | None = None
     state_ids: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    sample_weights: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])

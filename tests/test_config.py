@@ -94,7 +94,18 @@ def test_every_shipped_group_option_is_valid(overrides: tuple[str, ...]) -> None
         ("step_gamma=0", "step_gamma=0: Input should be greater than 0"),
         ("tis_cap=2.0", "set old_logprobs=trainer"),
         ("+max_step=10", "unknown key 'max_step'. Did you mean 'max_steps'?"),
-        ("adv_estimator=gae", "adv_estimator='gae' is not supported yet: GAE with a critic"),
+        ("critic_warmup=2", "critic_warmup=2 applies to the critic, which only adv_estimator"),
+        ("value_clip=0.5", "value_clip=0.5 applies to the critic"),
+        ("reward_norm=group", "set reward_normalization.method=identity"),
+        ("reward_norm=groups", "Did you mean 'group'?"),
+        ("reward_shift=true", "set reward_norm to one of ['batch', 'group', 'running']"),
+        ("use_reward_norm=true", "use_reward_norm only applies with use_reward_scaling=True"),
+        ("whiten_rewards=true", "adv_estimator=grpo does not read"),
+        ("use_topr_loss=true", "set sft_loss_coef > 0"),
+        ("target_kl=0.1", "set add_token_level_kl=true"),
+        ("add_len_reward=true", "no version of its code reads it"),
+        ("l2=0.1", "use actor_train.training_args.weight_decay"),
+        ("+critic.device_mapping=[1]", "critic.device_mapping=[1] is not supported yet"),
         ("async_generation_ratio=1", "async_generation_ratio=1.0 is not supported yet"),
     ],
 )
@@ -137,7 +148,48 @@ def test_roll_spellings_work() -> None:
     assert config.train_env_manager.env_groups == 4
     from agentgym.builders import grpo_config
 
-    assert grpo_config(config).dual_clip_ratio_c == 3.0
+    assert grpo_config(config).dual_clip_ratio_c == pytest.approx(1.4)  # ROLL: 1 + 2 × pg_clip
+
+
+def test_issue_19_keys_work_together() -> None:
+    from agentgym.builders import grpo_config
+
+    config = validate(
+        composed(
+            "adv_estimator=gae", "lambd=0.9", "critic_warmup=2", "value_clip=0.2",
+            "critic.training_args.learning_rate=1e-3", "whiten_rewards=true",
+            "reward_norm=running", "reward_normalization.method=identity", "reward_clip=5",
+            "add_token_level_kl=true", "target_kl=0.05", "sft_loss_coef=0.1",
+            "use_topr_loss=true", "rl_loss_coef=0.5", "length_loss_weight=true",
+            "use_reward_scaling=false",
+        )
+    )  # fmt: skip
+    settings = grpo_config(config)
+    assert (settings.lambd, settings.critic_warmup, settings.value_clip) == (0.9, 2, 0.2)
+    assert (settings.target_kl, settings.kl_horizon) == (0.05, 10000)  # ROLL's horizon
+    assert settings.processes_rewards
+    assert config.critic.training_args.learning_rate == 1e-3
+
+
+IDENTITY = ("reward_normalization.method=identity",)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("dual_clip_loss=true", "clip_ratio_high=0.3"), "make them equal"),
+        (("dual_clip_loss=true", "dual_clip_ratio_c=3.0"), "set one of them"),
+        (("reward_norm=batch", *IDENTITY, "reward_shift=true", "reward_scale=true"), "exclude"),
+        (("use_reward_scaling=true", "reward_norm=running", *IDENTITY), "set one of them"),
+        (("adv_estimator=gae", "critic.strategy_args.strategy_name=megatron"), "Valid options"),
+        (("adv_estimator=gae", "distributed=ray"), "use distributed=local"),
+    ],
+)
+def test_issue_19_keys_that_contradict_each_other_fail(
+    overrides: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        validate(composed(*overrides))
 
 
 def test_device_mapping_accepts_rolls_expression() -> None:
@@ -182,6 +234,8 @@ ROLL_KEYS = [
     "kl_penalty",
     "init_kl_coef",
     "kl_horizon",
+    "target_kl",
+    "value_clip",
     "use_reward_scaling",
     "add_len_reward",
     "reward_clip",

@@ -68,7 +68,7 @@ _GROUPERS: dict[str, Callable[[Tensor, Tensor | None, Sequence[str] | None], Ten
 }
 
 
-def _group_stats(scores: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def group_stats(scores: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Per-sample group mean, unbiased group std and whether the group is degenerate.
 
     Args:
@@ -103,12 +103,12 @@ def _identity(scores: Tensor, group: Tensor) -> Tensor:
 
 
 def _mean(scores: Tensor, group: Tensor) -> Tensor:
-    mean, _, degenerate = _group_stats(scores, group)
+    mean, _, degenerate = group_stats(scores, group)
     return torch.where(degenerate, torch.zeros_like(scores), scores - mean)
 
 
 def _mean_std(scores: Tensor, group: Tensor) -> Tensor:
-    mean, std, degenerate = _group_stats(scores, group)
+    mean, std, degenerate = group_stats(scores, group)
     return torch.where(degenerate, torch.zeros_like(scores), (scores - mean) / (std + STD_EPSILON))
 
 
@@ -419,11 +419,31 @@ def compute_advantages(
             f"normalized_scores must be [B] = [{token_rewards.shape[0]}], "
             f"got {tuple(normalized_scores.shape)}"
         )
-    if clip is not None and clip <= 0:
-        raise ValueError(f"advantage clip must be positive (or None for no clip), got {clip}")
     advantages = estimator(
         normalized_scores, token_rewards, loss_mask, gamma=gamma, baseline=baseline
     )  # [B, T]
+    return finish_advantages(advantages, loss_mask, whiten=whiten, clip=clip)
+
+
+def finish_advantages(
+    advantages: Tensor, loss_mask: Tensor, *, whiten: bool = False, clip: float | None = None
+) -> Tensor:
+    """What follows every estimator (GAE's too): whiten, clip, 0 off the mask.
+
+    Args:
+        advantages: ``[B, T]`` an estimator's advantages.
+        loss_mask: ``[B, T]`` 1 on generated tokens.
+        whiten: Whiten over the generated tokens of the batch (:func:`masked_whiten`).
+        clip: If given, clamp to ``[-clip, clip]`` (``advantage_clip``).
+
+    Returns:
+        ``[B, T]`` advantages, exactly 0 off ``loss_mask``.
+
+    Raises:
+        ValueError: On ``clip <= 0``.
+    """
+    if clip is not None and clip <= 0:
+        raise ValueError(f"advantage clip must be positive (or None for no clip), got {clip}")
     if whiten:
         advantages = masked_whiten(advantages, loss_mask)
     if clip is not None:

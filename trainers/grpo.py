@@ -15,7 +15,7 @@ import json
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from agentgym.rollout.render import dump_trajectories, pick_renders, render_traj
 from agentgym.trainers.advantages import (
     anchor_state_advantages,
     compute_advantages,
+    finish_advantages,
     normalize_rewards,
 )
 from agentgym.trainers.checkpoint import (
@@ -41,6 +42,9 @@ from agentgym.trainers.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from agentgym.trainers.gae import gae_advantages, value_loss
+from agentgym.trainers.kl_control import KLController, current_kl, make_kl_controller
+from agentgym.trainers.loss_terms import mix_losses, sample_weights, sft_loss
 from agentgym.trainers.losses import (
     POLICY_LOSS_REDUCE,
     aggregate_loss,
@@ -49,7 +53,9 @@ from agentgym.trainers.losses import (
     policy_loss,
     truncated_is_weights,
 )
+from agentgym.trainers.rewards import RunningMoments, process_rewards
 from agentgym.trainers.strategies import (
+    Critic,
     LossInputs,
     Metric,
     MetricReducer,
@@ -64,6 +70,9 @@ logger = logging.getLogger(__name__)
 
 RUN_CONFIG = "train_config.yaml"
 """The resolved config a run saves in its output folder and in each checkpoint."""
+
+CRITIC_DIR = "critic"
+"""The folder of a checkpoint that holds the critic (GAE's value model and optimizer)."""
 
 
 class RolloutFailedError(RuntimeError):
@@ -94,8 +103,15 @@ class GRPOConfig:
     gradient_accumulation_steps: int
     adv_estimator: str
     gamma: float
+    lambd: float
     whiten_advantages: bool
     reward_clip: float | None
+    use_reward_scaling: bool
+    use_reward_norm: bool
+    reward_norm: str | None
+    reward_shift: bool
+    reward_scale: bool
+    whiten_rewards: bool
     advantage_clip: float | None
     grouping: str
     normalization: str
@@ -110,7 +126,17 @@ class GRPOConfig:
     kl_penalty: str
     add_token_level_kl: bool
     init_kl_coef: float
+    target_kl: float | None
+    kl_horizon: int
     entropy_loss_coef: float
+    sft_loss_coef: float
+    rl_loss_coef: float
+    use_topr_loss: bool
+    length_loss_weight: bool
+    critic_warmup: int
+    value_clip: float | None
+    critic_micro_batch_size: int
+    critic_gradient_accumulation_steps: int
     tis_cap: float | None
     val_renders: int
     seed: int
@@ -125,6 +151,17 @@ class GRPOConfig:
     def needs_reference(self) -> bool:
         """Whether a frozen reference model is needed (a KL term is used)."""
         return self.use_kl_loss or self.add_token_level_kl
+
+    @property
+    def processes_rewards(self) -> bool:
+        """Whether the scores go through ROLL's reward processing (docs/rewards.md):
+        with GAE, or any of ``use_reward_scaling``, ``reward_norm``, ``whiten_rewards``."""
+        return (
+            self.adv_estimator == "gae"
+            or self.use_reward_scaling
+            or self.reward_norm is not None
+            or self.whiten_rewards
+        )
 
 
 @dataclass
@@ -145,6 +182,12 @@ class TrainParts:
     meta: dict[str, Any]
     pad_token_id: int
     cluster: Cluster | None = None
+    critic: Critic | None = None
+    """GAE's value model (``adv_estimator: gae``)."""
+    kl_controller: KLController | None = None
+    """The beta of ``add_token_level_kl`` (:func:`kl_controller`)."""
+    reward_moments: RunningMoments | None = None
+    """Running reward statistics (``use_reward_scaling``, ``reward_norm: running``)."""
 
 
 def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) -> None:
@@ -260,6 +303,13 @@ def prepare_batch(
 ) -> RolloutBatch | None:
     """Pad the samples, take π_old (and the reference), and compute advantages.
 
+    The rewards become advantages as docs/rewards.md lays out: the token-level KL
+    penalty (its beta from ``parts.kl_controller``, which then sees this step's
+    KL), ``reward_normalization``, ROLL's reward keys, then the estimator. With
+    GAE the critic values the batch, and then takes its update on it here: ROLL
+    trains the critic beside the actor on the same batch (neither reads the
+    other's new weights), so its place before the actor's update changes nothing.
+
     Returns None when no sample carries a learning signal (all groups dropped).
     """
     strategy = parts.strategy
@@ -298,35 +348,115 @@ def prepare_batch(
         batch.is_weights = truncated_is_weights(
             batch.old_logprobs, batch.engine_logprobs, mask, config.tis_cap
         )
-    scores = batch.scores
-    token_rewards = batch.token_rewards
+    penalty = None  # [B, T]: beta * KL, the token-level KL penalty
     if config.needs_reference:
         batch.ref_logprobs = strategy.reference_logprobs(batch) * mask
         if config.add_token_level_kl:
-            kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, config.kl_penalty) * mask
-            token_rewards = token_rewards - config.init_kl_coef * kl
-            scores = scores - config.init_kl_coef * kl.sum(1)
-            metrics["actor/token_level_kl"] = float(kl.sum() / mask.sum().clamp(min=1))
+            penalty = token_level_kl_penalty(config, parts, batch, metrics)
+    normalized, token_rewards = reward_signal(
+        config, parts, batch, penalty, step_advantages, metrics
+    )  # [B], [B, T]
+    if config.adv_estimator != "gae":
+        batch.advantages = compute_advantages(
+            config.adv_estimator,
+            normalized_scores=normalized,
+            token_rewards=token_rewards,
+            loss_mask=batch.loss_mask,
+            gamma=config.gamma,
+            whiten=config.whiten_advantages,
+            clip=config.advantage_clip,
+        )
+        return batch
+    if parts.critic is None:
+        raise ValueError("adv_estimator=gae needs parts.critic (builders.build_train makes it)")
+    batch.values = parts.critic.values(batch) * mask
+    gae = gae_advantages(
+        token_rewards, batch.values, batch.loss_mask, gamma=config.gamma, lambd=config.lambd
+    )
+    batch.returns = gae.returns
+    batch.advantages = finish_advantages(
+        gae.advantages, batch.loss_mask, whiten=config.whiten_advantages, clip=config.advantage_clip
+    )
+    step = played[0].policy_version + 1  # the rollout of step N sampled with version N - 1
+    metrics.update(update_critic(config, parts.critic, batch, step))
+    return batch
+
+
+def token_level_kl_penalty(
+    config: GRPOConfig, parts: TrainParts, batch: RolloutBatch, metrics: dict[str, float]
+) -> torch.Tensor:
+    """``[B, T]`` the penalty ``beta * KL(old ‖ ref)`` of ``add_token_level_kl``.
+
+    ``beta`` is the KL controller's value before this step; the controller then
+    sees the step's KL (ROLL's ``compute_token_reward``). Logs ``actor/kl_coef``
+    (that beta) and ``actor/token_level_kl`` (the token mean of the KL).
+    """
+    if parts.kl_controller is None:
+        raise ValueError(
+            "add_token_level_kl needs parts.kl_controller (grpo.kl_controller(config))"
+        )
+    if batch.old_logprobs is None or batch.ref_logprobs is None:
+        raise ValueError("the token-level KL needs old_logprobs and ref_logprobs")
+    mask = batch.loss_mask.float()  # [B, T]
+    kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, config.kl_penalty) * mask  # [B, T]
+    beta = parts.kl_controller.value
+    metrics["actor/token_level_kl"] = float(kl.sum() / mask.sum().clamp(min=1))
+    metrics["actor/kl_coef"] = beta
+    parts.kl_controller.update(current_kl(kl, mask), n_steps=len(batch))
+    return beta * kl
+
+
+def reward_signal(
+    config: GRPOConfig,
+    parts: TrainParts,
+    batch: RolloutBatch,
+    penalty: torch.Tensor | None,
+    step_advantages: torch.Tensor | None,
+    metrics: dict[str, float],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``[B]`` normalized scores and ``[B, T]`` token rewards the estimator reads.
+
+    As docs/rewards.md lays out: GRPO folds the KL penalty into the score, the
+    other estimators subtract it per token; ``reward_normalization`` (plus
+    GiGPO's step term); then, with GAE or ROLL's reward keys
+    (:attr:`GRPOConfig.processes_rewards`), :func:`process_rewards`, which
+    also applies ``reward_clip`` (else :func:`normalize_rewards` clamps the score).
+    """
+    fold = penalty is not None and config.adv_estimator == "grpo"
+    scores = batch.scores - penalty.sum(1) if fold and penalty is not None else batch.scores
+    processed = config.processes_rewards
     normalized = normalize_rewards(
         scores,
         grouping=config.grouping,
         method=config.normalization,
         group_ids=batch.group_ids,
         tags=batch.tags,
-        reward_clip=config.reward_clip,
-    )
+        reward_clip=None if processed else config.reward_clip,
+    )  # [B]
     if step_advantages is not None:
         normalized = normalized + config.step_advantage_weight * step_advantages
-    batch.advantages = compute_advantages(
-        config.adv_estimator,
-        normalized_scores=normalized,
-        token_rewards=token_rewards,
-        loss_mask=batch.loss_mask,
-        gamma=config.gamma,
-        whiten=config.whiten_advantages,
-        clip=config.advantage_clip,
+    if not processed:
+        token_rewards = batch.token_rewards if penalty is None else batch.token_rewards - penalty
+        return normalized, token_rewards
+    running = config.use_reward_scaling or config.reward_norm == "running"
+    if running and parts.reward_moments is None:
+        raise ValueError("running reward statistics need parts.reward_moments (RunningMoments())")
+    result = process_rewards(
+        normalized,
+        batch.loss_mask,
+        group_ids=batch.group_ids,
+        running=parts.reward_moments,
+        use_reward_scaling=config.use_reward_scaling,
+        use_reward_norm=config.use_reward_norm,
+        reward_norm=config.reward_norm,
+        reward_shift=config.reward_shift,
+        reward_scale=config.reward_scale,
+        reward_clip=config.reward_clip,
+        token_penalty=None if fold else penalty,
+        whiten_rewards=config.whiten_rewards,
     )
-    return batch
+    metrics.update({f"train/{key}": value for key, value in result.metrics.items()})
+    return result.scores, result.token_rewards
 
 
 def minibatches(config: GRPOConfig, batch: RolloutBatch, step: int) -> list[RolloutBatch]:
@@ -346,16 +476,21 @@ def minibatches(config: GRPOConfig, batch: RolloutBatch, step: int) -> list[Roll
 def update_policy(
     config: GRPOConfig, strategy: Strategy, batch: RolloutBatch, step: int
 ) -> dict[str, float]:
-    """``ppo_epochs`` passes of mini-batch updates.
+    """``ppo_epochs`` passes of mini-batch updates (none in the first ``critic_warmup``
+    steps, where only the critic trains).
 
     Returns:
         ``actor/*`` metrics: each mini-batch's value (over its micro-batches, by
         each metric's reduction) averaged over the updates; ``ratio_min`` and
         ``ratio_max`` are the extremes over all updates.
     """
+    if step <= config.critic_warmup:
+        return {"actor/updates": 0.0}
     chunks = minibatches(config, batch, step)
     updates = MetricReducer()
     for chunk in progress(chunks, f"step {step} update", enabled=sys.stderr.isatty()):
+        if config.length_loss_weight:  # over the mini-batch, so micro-batches split it exactly
+            chunk.sample_weights = sample_weights(chunk.loss_mask, length_loss_weight=True)
         loss = PolicyLoss(
             config,
             num_tokens=chunk.loss_mask.sum().clamp(min=1),
@@ -375,7 +510,15 @@ def update_policy(
 
 
 class PolicyLoss:
-    """The per-micro-batch GRPO loss: PPO-clip, plus KL and entropy terms when configured.
+    """The per-micro-batch GRPO loss: PPO-clip, plus KL, SFT and entropy terms when configured.
+
+    As ROLL's actor adds them (:func:`~agentgym.trainers.loss_terms.mix_losses`)::
+
+        rl_loss_coef * (pg + kl_loss_coef * kl) + sft_loss_coef * sft - entropy_loss_coef * entropy
+
+    where ``pg`` weighs each sample by ``batch.sample_weights`` when set
+    (``length_loss_weight``) and ``sft`` is
+    :func:`~agentgym.trainers.loss_terms.sft_loss` (TOPR's with ``use_topr_loss``).
 
     ``num_tokens``/``num_seqs`` are the mini-batch's counts, so each micro-batch's
     loss and metrics are its share of the mini-batch's (exact accumulation).
@@ -412,6 +555,7 @@ class PolicyLoss:
             dual_clip=config.dual_clip_ratio_c,
             loss_agg_mode=config.loss_agg_mode,
             is_weights=batch.is_weights,
+            sample_weights=batch.sample_weights,
             **self.counts,  # type: ignore[arg-type]
         )
         empty = not bool(mask.any())
@@ -433,6 +577,21 @@ class PolicyLoss:
             kl_loss = aggregate_loss(kl, mask, config.loss_agg_mode, **self.counts)  # type: ignore[arg-type]
             loss = loss + config.kl_loss_coef * kl_loss
             metrics["kl"] = Metric(float(kl_loss.detach()), "sum")
+        sft = None
+        if config.sft_loss_coef:
+            per_token = sft_loss(
+                outputs.logprobs,
+                batch.old_logprobs,
+                batch.advantages,
+                batch.scores,
+                mask,
+                use_topr_loss=config.use_topr_loss,
+            )  # [b, t]
+            sft = aggregate_loss(per_token, mask, config.loss_agg_mode, **self.counts)  # type: ignore[arg-type]
+            metrics["sft_loss"] = Metric(float(sft.detach()), "sum")
+        loss = mix_losses(
+            loss, sft, rl_loss_coef=config.rl_loss_coef, sft_loss_coef=config.sft_loss_coef
+        )
         if config.entropy_loss_coef:
             if outputs.entropy is None:
                 raise ValueError("entropy_loss_coef needs the strategy's entropy output")
@@ -441,6 +600,81 @@ class PolicyLoss:
             metrics["entropy"] = Metric(float(entropy.detach()), "sum")
         metrics["loss"] = Metric(float(loss.detach()), "sum")
         return loss, metrics
+
+
+def update_critic(
+    config: GRPOConfig, critic: Critic, batch: RolloutBatch, step: int
+) -> dict[str, float]:
+    """One shuffled pass of critic mini-batches over ``batch`` (ROLL's critic takes one
+    epoch), sized by ``critic.training_args``.
+
+    Returns:
+        ``critic/*`` metrics averaged over the updates, and ``time/critic``.
+    """
+    started = time.perf_counter()
+    sizes = replace(
+        config,
+        ppo_epochs=1,
+        micro_batch_size=config.critic_micro_batch_size,
+        gradient_accumulation_steps=config.critic_gradient_accumulation_steps,
+    )
+    chunks = minibatches(sizes, batch, step)
+    updates = MetricReducer()
+    for chunk in chunks:
+        loss = ValueLoss(
+            config,
+            num_tokens=chunk.loss_mask.sum().clamp(min=1),
+            num_seqs=(chunk.loss_mask.sum(1) > 0).sum().clamp(min=1),
+        )
+        result = critic.train_step(list(micro_batches(chunk, sizes.micro_batch_size)), loss)
+        updates.add({key: Metric(m.value, "mean") for key, m in result.items()})
+    return {f"critic/{key}": value for key, value in updates.values().items()} | {
+        "critic/updates": float(len(chunks)),
+        "time/critic": time.perf_counter() - started,
+    }
+
+
+class ValueLoss:
+    """The critic's per-micro-batch loss: :func:`~agentgym.trainers.gae.value_loss`
+    (clipped by ``value_clip``), aggregated as ROLL's critic (``seq-mean-token-mean``).
+
+    ``num_tokens``/``num_seqs`` are the mini-batch's counts (exact accumulation).
+    """
+
+    LOSS_AGG_MODE = "seq-mean-token-mean"
+
+    def __init__(self, config: GRPOConfig, *, num_tokens: torch.Tensor, num_seqs: torch.Tensor):
+        self.value_clip = config.value_clip
+        self.num_tokens = num_tokens
+        self.num_seqs = num_seqs
+
+    def __call__(
+        self, values: torch.Tensor, batch: RolloutBatch
+    ) -> tuple[torch.Tensor, dict[str, Metric]]:
+        """The micro-batch's loss share and metrics (token-mean shares that add up)."""
+        if batch.values is None or batch.returns is None:
+            raise ValueError("the critic's batch needs values and returns (prepare_batch)")
+        loss, raw = value_loss(
+            values,
+            batch.values,
+            batch.returns,
+            batch.loss_mask.float(),
+            value_clip=self.value_clip,
+            loss_agg_mode=self.LOSS_AGG_MODE,
+            num_tokens=self.num_tokens,
+            num_seqs=self.num_seqs,
+        )
+        return loss, {key: Metric(float(value), "sum") for key, value in raw.items()}
+
+
+def kl_controller(config: GRPOConfig) -> KLController:
+    """The coefficient of ``add_token_level_kl``: adaptive with ``target_kl`` (over
+    ``kl_horizon`` samples), else fixed at ``init_kl_coef`` (ROLL's ``get_kl_controller``)."""
+    return make_kl_controller(
+        config.init_kl_coef,
+        target_kl=config.target_kl,
+        kl_horizon=config.kl_horizon if config.target_kl is not None else None,
+    )
 
 
 def sync_weights(config: GRPOConfig, parts: TrainParts, loop: asyncio.AbstractEventLoop) -> float:
@@ -482,20 +716,26 @@ def validate(
 
 
 def checkpoint(parts: TrainParts, step: int) -> Path:
-    """Save model, optimizer, scheduler, RNG, step, seed cursor and tracker run id, atomically."""
+    """Save model, optimizer, scheduler, RNG, step, seed cursor and tracker run id, atomically;
+    with them the critic (under ``critic/``), the KL coefficient and the running reward
+    statistics when the run has them."""
 
     def write(directory: Path) -> None:
         parts.strategy.save(directory)
+        if parts.critic is not None:
+            parts.critic.save(directory / CRITIC_DIR)
         torch.save(rng_state(), directory / "rng.pt")
         (directory / RUN_CONFIG).write_text(yaml.safe_dump(parts.meta["config"], sort_keys=False))
-        write_json_atomic(
-            directory / "trainer_state.json",
-            {
-                "step": step,
-                "train_env_manager": parts.train_manager.state_dict(),
-                "tracker_run_id": parts.tracker.run_id,
-            },
-        )
+        state: dict[str, Any] = {
+            "step": step,
+            "train_env_manager": parts.train_manager.state_dict(),
+            "tracker_run_id": parts.tracker.run_id,
+        }
+        if parts.kl_controller is not None:
+            state["kl_controller"] = parts.kl_controller.state_dict()
+        if parts.reward_moments is not None:
+            state["reward_moments"] = parts.reward_moments.state_dict()
+        write_json_atomic(directory / "trainer_state.json", state)
 
     return save_checkpoint(parts.checkpoint_dir, step, write)
 
@@ -529,6 +769,17 @@ def restore(parts: TrainParts, resume: bool | str) -> int:
     """
     path, state = find_checkpoint(parts.checkpoint_dir, resume)
     parts.strategy.load(path)
+    if parts.critic is not None:
+        if not (path / CRITIC_DIR).is_dir():
+            raise FileNotFoundError(
+                f"{path} holds no critic/ (saved by a run without adv_estimator=gae); resume "
+                "it with the adv_estimator it was trained with"
+            )
+        parts.critic.load(path / CRITIC_DIR)
+    if parts.kl_controller is not None and "kl_controller" in state:
+        parts.kl_controller.load_state_dict(state["kl_controller"])
+    if parts.reward_moments is not None and "reward_moments" in state:
+        parts.reward_moments.load_state_dict(state["reward_moments"])
     parts.train_manager.load_state_dict(state["train_env_manager"])
     set_rng_state(torch.load(path / "rng.pt", weights_only=True))
     step = int(state["step"])

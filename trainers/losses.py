@@ -17,6 +17,7 @@ from torch import Tensor
 
 from agentgym.errors import check_choice
 from agentgym.trainers.advantages import masked_mean
+from agentgym.trainers.loss_terms import weight_rows
 
 LOSS_AGG_MODES = (
     "token-mean",
@@ -145,6 +146,7 @@ def policy_loss(
     dual_clip: float | None = None,
     loss_agg_mode: str = "token-mean",
     is_weights: Tensor | None = None,
+    sample_weights: Tensor | None = None,
     norm_length: int | None = None,
     num_tokens: Tensor | float | None = None,
     num_seqs: Tensor | float | None = None,
@@ -158,8 +160,8 @@ def policy_loss(
         if dual_clip is not None and A < 0:
             loss = min(loss, -A * dual_clip)      # bounded by dual_clip * |A|
 
-    then multiplied by ``is_weights`` (detached) and aggregated with
-    :func:`aggregate_loss`.
+    then multiplied by ``is_weights`` and each row by its ``sample_weights`` (both
+    detached) and aggregated with :func:`aggregate_loss`.
 
     Args:
         logprobs: ``[B, T]`` current policy log-probabilities (with gradient).
@@ -172,6 +174,8 @@ def policy_loss(
         loss_agg_mode: One of :data:`LOSS_AGG_MODES`.
         is_weights: ``[B, T]`` importance-sampling weights (see
             :func:`truncated_is_weights`); no gradient flows through them.
+        sample_weights: ``[B]`` per-sample weights (ROLL's ``length_loss_weight``,
+            :func:`~agentgym.trainers.loss_terms.sample_weights`); detached.
         norm_length: See :func:`aggregate_loss`.
         num_tokens: See :func:`aggregate_loss`.
         num_seqs: See :func:`aggregate_loss`.
@@ -231,6 +235,8 @@ def policy_loss(
     if is_weights is not None:
         per_token = per_token * is_weights.detach()
         metrics["is_weight_mean"] = share(is_weights.detach(), keep)
+    if sample_weights is not None:
+        per_token = weight_rows(per_token, sample_weights)
     loss = aggregate_loss(
         per_token,
         mask,

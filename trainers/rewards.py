@@ -14,10 +14,6 @@ ROLL later renamed ``reward_norm``/``reward_shift``/``reward_scale`` to
 ``norm_mean_type``/``norm_std_type``: ``reward_norm=X`` is ``(X, X)``, with
 ``reward_shift`` ``(X, None)`` and with ``reward_scale`` ``(None, X)``; this
 module implements that later, general form (see :func:`apply_reward_norm`).
-
-The group statistics duplicate ``advantages._group_stats`` (private there);
-when this is wired, one public helper in ``trainers/advantages.py`` should
-serve both.
 """
 
 from __future__ import annotations
@@ -30,7 +26,7 @@ import torch
 from torch import Tensor
 
 from agentgym.errors import check_choice
-from agentgym.trainers.advantages import last_token_rewards, masked_whiten
+from agentgym.trainers.advantages import group_stats, last_token_rewards, masked_whiten
 
 REWARD_NORMS = ("batch", "group", "running")
 """``batch``: the batch's mean and std; ``group``: those of the sample's GRPO group;
@@ -103,30 +99,10 @@ class RunningMoments:
 _Stats = tuple[Tensor, Tensor, Tensor]
 
 
-def _grouped_stats(scores: Tensor, group: Tensor) -> _Stats:
-    """Per-sample mean, unbiased std and degeneracy of the sample's group.
-
-    A group is degenerate when it has one sample or all its scores are equal.
-    """
-    num_groups = int(group.max()) + 1 if group.numel() else 0
-    counts = torch.bincount(group, minlength=num_groups).to(scores.dtype)  # [G]
-    mean = (scores.new_zeros(num_groups).index_add_(0, group, scores) / counts)[group]  # [B]
-    squares = scores.new_zeros(num_groups).index_add_(0, group, (scores - mean) ** 2)  # [G]
-    std = (squares / (counts - 1).clamp(min=1)).sqrt()[group]  # [B], as torch.std
-    highest = scores.new_zeros(num_groups).scatter_reduce(
-        0, group, scores, reduce="amax", include_self=False
-    )  # [G]
-    lowest = scores.new_zeros(num_groups).scatter_reduce(
-        0, group, scores, reduce="amin", include_self=False
-    )  # [G]
-    degenerate = ((counts < 2) | (highest == lowest))[group]  # [B]
-    return mean, std, degenerate
-
-
 def _batch_stats(
     scores: Tensor, group_ids: Tensor | None, running: RunningMoments | None
 ) -> _Stats:
-    return _grouped_stats(scores, torch.zeros_like(scores, dtype=torch.long))
+    return group_stats(scores, torch.zeros_like(scores, dtype=torch.long))
 
 
 def _group_stats(
@@ -137,7 +113,7 @@ def _group_stats(
             "reward_norm='group' needs group_ids (the GRPO group of each sample, "
             "RolloutBatch.group_ids); pass them, or use reward_norm='batch'"
         )
-    return _grouped_stats(scores, torch.unique(group_ids, return_inverse=True)[1])
+    return group_stats(scores, torch.unique(group_ids, return_inverse=True)[1])
 
 
 def _running_stats(
@@ -267,6 +243,46 @@ def running_reward_scaling(
     return (values - running.mean) / scale if subtract_mean else values / scale
 
 
+def check_reward_options(
+    *,
+    use_reward_scaling: bool = False,
+    use_reward_norm: bool = False,
+    reward_norm: str | None = None,
+    reward_shift: bool = False,
+    reward_scale: bool = False,
+) -> None:
+    """Raise when ROLL's reward keys are set inconsistently (the config check uses it too).
+
+    Raises:
+        ValueError: On ``use_reward_norm`` without ``use_reward_scaling``, an unknown
+            ``reward_norm``, ``reward_shift``/``reward_scale`` without ``reward_norm`` or
+            both of them, or both ``use_reward_scaling`` and ``reward_norm='running'``
+            (two spellings of one running normalization).
+    """
+    if use_reward_norm and not use_reward_scaling:
+        raise ValueError(
+            "use_reward_norm only applies with use_reward_scaling=True (as in ROLL); "
+            "set both, or use reward_norm='running'"
+        )
+    if (reward_shift or reward_scale) and reward_norm is None:
+        raise ValueError(
+            "reward_shift and reward_scale choose how reward_norm normalizes; "
+            f"set reward_norm to one of {list(REWARD_NORMS)}"
+        )
+    if reward_norm is not None:
+        check_choice("reward_norm", reward_norm, REWARD_NORMS)
+    if reward_shift and reward_scale:
+        raise ValueError(
+            "reward_shift (only subtract the mean) and reward_scale (only divide by the std) "
+            "exclude each other; set neither for both"
+        )
+    if use_reward_scaling and reward_norm == "running":
+        raise ValueError(
+            "use_reward_scaling and reward_norm='running' both normalize by the running "
+            "moments; set one of them"
+        )
+
+
 class ProcessedRewards(NamedTuple):
     """:func:`process_rewards`' result."""
 
@@ -350,21 +366,13 @@ def process_rewards(
             spellings of one running normalization), a missing ``running``,
             ``reward_clip <= 0``, or mismatched shapes.
     """
-    if use_reward_norm and not use_reward_scaling:
-        raise ValueError(
-            "use_reward_norm only applies with use_reward_scaling=True (as in ROLL); "
-            "set both, or use reward_norm='running'"
-        )
-    if (reward_shift or reward_scale) and reward_norm is None:
-        raise ValueError(
-            "reward_shift and reward_scale choose how reward_norm normalizes; "
-            f"set reward_norm to one of {list(REWARD_NORMS)}"
-        )
-    if use_reward_scaling and reward_norm == "running":
-        raise ValueError(
-            "use_reward_scaling and reward_norm='running' both normalize by the running "
-            "moments; set one of them"
-        )
+    check_reward_options(
+        use_reward_scaling=use_reward_scaling,
+        use_reward_norm=use_reward_norm,
+        reward_norm=reward_norm,
+        reward_shift=reward_shift,
+        reward_scale=reward_scale,
+    )
     if reward_clip is not None and reward_clip <= 0:
         raise ValueError(f"reward_clip must be positive (or None for no clip), got {reward_clip}")
     if scores.dim() != 1 or loss_mask.dim() != 2 or loss_mask.shape[0] != scores.shape[0]:

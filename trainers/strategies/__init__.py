@@ -12,24 +12,30 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.trainers.strategies.base import (
+    Critic,
     LossFunction,
     LossInputs,
     Metric,
     MetricReducer,
     ModelOutputs,
     Strategy,
+    ValueLossFunction,
     micro_batches,
 )
 
 __all__ = [
+    "CRITIC_STRATEGIES",
     "STRATEGIES",
     "UNSUPPORTED_STRATEGIES",
+    "Critic",
     "LossFunction",
     "LossInputs",
     "Metric",
     "MetricReducer",
     "ModelOutputs",
     "Strategy",
+    "ValueLossFunction",
+    "build_critic",
     "build_strategy",
     "micro_batches",
 ]
@@ -43,6 +49,16 @@ def _torch(model_path: Path, strategy_config: Mapping[str, Any], **settings: Any
 
 STRATEGIES: dict[str, Callable[..., Strategy]] = {"torch": _torch}
 """``strategy_name`` -> builder ``(model_path, strategy_config, **role settings)``."""
+
+
+def _torch_critic(model_path: Path, strategy_config: Mapping[str, Any], **settings: Any) -> Critic:
+    from agentgym.trainers.strategies.torch_critic import TorchCritic
+
+    return TorchCritic(model_path, **settings, **strategy_config)
+
+
+CRITIC_STRATEGIES: dict[str, Callable[..., Critic]] = {"torch": _torch_critic}
+"""``critic.strategy_args.strategy_name`` -> builder, as :data:`STRATEGIES`."""
 
 UNSUPPORTED_STRATEGIES = {
     "megatron_train": "the Megatron strategy is not built yet; use strategy_name: torch",
@@ -77,3 +93,24 @@ def build_strategy(
     if name not in STRATEGIES:
         raise unknown_choice("actor_train.strategy_args.strategy_name", name, list(STRATEGIES))
     return STRATEGIES[name](model_path, strategy_config, **settings)
+
+
+def build_critic(
+    name: str, model_path: Path, strategy_config: Mapping[str, Any], **settings: Any
+) -> Critic:
+    """Build the critic strategy ``name`` (GAE's value model) from ``model_path``.
+
+    Args:
+        name: A key of :data:`CRITIC_STRATEGIES`.
+        model_path: The policy's folder (the value model starts from its body).
+        strategy_config: ROLL's ``critic.strategy_args.strategy_config``: passed to the builder.
+        **settings: The role's settings (dtype, learning rate, ...).
+
+    Raises:
+        ValueError: On an unknown name (with the valid ones).
+    """
+    from agentgym.errors import unknown_choice
+
+    if name not in CRITIC_STRATEGIES:
+        raise unknown_choice("critic.strategy_args.strategy_name", name, list(CRITIC_STRATEGIES))
+    return CRITIC_STRATEGIES[name](model_path, strategy_config, **settings)

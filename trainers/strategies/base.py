@@ -161,6 +161,49 @@ class Strategy(Protocol):
         ...
 
 
+class ValueLossFunction(Protocol):
+    """A critic's per-micro-batch loss: ``(values, micro_batch) -> (loss, metrics)``.
+
+    ``values`` is ``[B, T]``, aligned like log-probabilities (see :class:`Critic`);
+    the loss is the micro-batch's share of the mini-batch loss, as for
+    :class:`LossFunction`.
+    """
+
+    def __call__(
+        self, values: torch.Tensor, batch: RolloutBatch
+    ) -> tuple[torch.Tensor, dict[str, Metric]]:
+        """The micro-batch's loss share and its metrics."""
+        ...
+
+
+@runtime_checkable
+class Critic(Protocol):
+    """Trains the value model of GAE (``adv_estimator: gae``); owns it and its optimizer.
+
+    ``values[b, t]`` is the value of the prefix before ``input_ids[b, t]`` (the
+    head's output at ``t - 1``; 0 at ``t = 0``), aligned with log-probabilities.
+    """
+
+    def values(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, T]`` values of ``batch`` under the current weights, without gradient."""
+        ...
+
+    def train_step(
+        self, micro_batches: Sequence[RolloutBatch], loss_fn: ValueLossFunction
+    ) -> dict[str, Metric]:
+        """One optimizer step over ``micro_batches``; the loss's metrics plus
+        ``grad_norm`` and ``lr``."""
+        ...
+
+    def save(self, directory: Path) -> None:
+        """Write the value model (a Hugging Face folder under ``model/``) and optimizer."""
+        ...
+
+    def load(self, directory: Path) -> None:
+        """Restore what :meth:`save` wrote."""
+        ...
+
+
 def micro_batches(batch: RolloutBatch, size: int) -> Iterator[RolloutBatch]:
     """Consecutive row slices of ``batch``, each trimmed to its longest sequence."""
     for start in range(0, len(batch), size):

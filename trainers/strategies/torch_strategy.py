@@ -111,14 +111,12 @@ class TorchStrategy:
         if reference_path is not None:
             self.reference = self._load(reference_path, dtype, attn_implementation)
             self.reference.eval().requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=learning_rate,
+        self.optimizer, self.scheduler = build_optimizer(
+            self.model,
+            learning_rate=learning_rate,
             weight_decay=weight_decay,
-            betas=(float(betas[0]), float(betas[1])),
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1))
+            warmup_steps=warmup_steps,
+            betas=betas,
         )
 
     def _load(self, path: str | Path, dtype: str, attn_implementation: str | None) -> Any:
@@ -131,13 +129,7 @@ class TorchStrategy:
         return model.to(self.device)  # type: ignore[arg-type]
 
     def _to_device(self, batch: RolloutBatch) -> RolloutBatch:
-        if self.device.type == "cpu":
-            return batch
-        moved: dict[str, Any] = {
-            key: value.to(self.device) if isinstance(value, torch.Tensor) else value
-            for key, value in vars(batch).items()
-        }
-        return RolloutBatch(**moved)
+        return to_device(batch, self.device)
 
     def train(self, mode: bool = True) -> None:
         """Training (dropout on) or evaluation mode of the policy."""
@@ -232,24 +224,7 @@ class TorchStrategy:
         Returns:
             ``grad_norm`` (before clipping) and ``lr`` (of this step).
         """
-        parameters = [p for p in self.model.parameters() if p.requires_grad]
-        if _world_size() > 1:
-            for p in parameters:
-                if p.grad is None:  # a rank without micro-batches still joins the sum
-                    p.grad = torch.zeros_like(p)
-            _all_reduce_sum([p.grad for p in parameters if p.grad is not None])
-        parameters = [p for p in parameters if p.grad is not None]
-        if self.max_grad_norm is not None:
-            norm = torch.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
-        else:
-            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in parameters]))
-        metrics = {
-            "grad_norm": Metric(float(norm), "mean"),
-            "lr": Metric(float(self.scheduler.get_last_lr()[0]), "mean"),
-        }
-        self.optimizer.step()
-        self.scheduler.step()
-        return metrics
+        return optimizer_step(self.model, self.optimizer, self.scheduler, self.max_grad_norm)
 
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The model's parameters and buffers by Hugging Face name (the live tensors)."""
@@ -273,6 +248,71 @@ class TorchStrategy:
         self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
         self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=True))
+
+
+def build_optimizer(
+    model: torch.nn.Module,
+    *,
+    learning_rate: float,
+    weight_decay: float,
+    warmup_steps: int,
+    betas: Sequence[float],
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over ``model``'s parameters; a linear warmup over ``warmup_steps``, then constant."""
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=learning_rate,
+        weight_decay=weight_decay,
+        betas=(float(betas[0]), float(betas[1])),
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1))
+    )
+    return optimizer, scheduler
+
+
+def optimizer_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+    max_grad_norm: float | None,
+) -> dict[str, Metric]:
+    """Sum the gradients over the data-parallel group (when ``torch.distributed`` is
+    initialized), clip them and step the optimizer and the schedule.
+
+    Returns:
+        ``grad_norm`` (before clipping) and ``lr`` (of this step).
+    """
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    if _world_size() > 1:
+        for p in parameters:
+            if p.grad is None:  # a rank without micro-batches still joins the sum
+                p.grad = torch.zeros_like(p)
+        _all_reduce_sum([p.grad for p in parameters if p.grad is not None])
+    grads = [p.grad for p in parameters if p.grad is not None]
+    parameters = [p for p in parameters if p.grad is not None]
+    if max_grad_norm is not None:
+        norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+    else:
+        norm = torch.linalg.vector_norm(torch.stack([grad.norm() for grad in grads]))
+    metrics = {
+        "grad_norm": Metric(float(norm), "mean"),
+        "lr": Metric(float(scheduler.get_last_lr()[0]), "mean"),
+    }
+    optimizer.step()
+    scheduler.step()
+    return metrics
+
+
+def to_device(batch: RolloutBatch, device: torch.device) -> RolloutBatch:
+    """``batch`` with its tensors on ``device`` (itself on the CPU)."""
+    if device.type == "cpu":
+        return batch
+    moved: dict[str, Any] = {
+        key: value.to(device) if isinstance(value, torch.Tensor) else value
+        for key, value in vars(batch).items()
+    }
+    return RolloutBatch(**moved)
 
 
 def _world_size() -> int:

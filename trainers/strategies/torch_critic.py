@@ -1,0 +1,151 @@
+"""The torch critic: the policy's architecture with a one-output value head, in this process.
+
+The value model is ``AutoModelForTokenClassification`` with one label,
+initialised from a causal LM folder (the policy's): the transformer body loads
+its weights, the head (``score``, hidden size → 1) starts fresh, as ROLL's
+``auto_token_classification`` critic and verl's critic. Dropout before the head
+is off (``classifier_dropout: 0``, as verl sets it): a regression target gains
+nothing from it, and with it the values of one batch would vary per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentgym.trainers.strategies.base import Metric, MetricReducer, ValueLossFunction
+from agentgym.trainers.strategies.torch_strategy import (
+    LR_SCHEDULERS,
+    build_optimizer,
+    optimizer_step,
+    to_device,
+)
+from agentgym.trajectory import RolloutBatch
+
+
+def value_forward(model: Any, batch: RolloutBatch) -> torch.Tensor:
+    """``[B, T]`` values aligned with ``input_ids``: position ``t`` holds the head's
+    output at ``t - 1`` (the value of the prefix before token ``t``), 0 at ``t = 0``."""
+    head = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+    ).logits.float()[..., 0]  # [B, T]
+    return torch.cat([head.new_zeros(head.shape[0], 1), head[:, :-1]], 1)  # [B, T]
+
+
+class TorchCritic:
+    """Train a value model with AdamW, linear warmup, gradient accumulation and
+    gradient-norm clipping, in this process.
+
+    Args:
+        model_path: A causal LM folder (the policy's) or a saved value model.
+        dtype: Parameter dtype.
+        device: ``cpu`` or ``cuda``.
+        gradient_checkpointing: Trade compute for activation memory.
+        learning_rate: AdamW learning rate after warmup.
+        weight_decay: AdamW weight decay.
+        warmup_steps: Optimizer steps of linear warmup from 0.
+        lr_scheduler_type: One of :data:`LR_SCHEDULERS`.
+        max_grad_norm: Clip the global gradient norm to this (None: no clipping).
+        micro_batch_size: Rows per forward pass of :meth:`values`.
+        betas: AdamW betas.
+        attn_implementation: Passed to ``from_pretrained`` (None: transformers' default).
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        dtype: str = "float32",
+        device: str = "cpu",
+        gradient_checkpointing: bool = False,
+        learning_rate: float = 3e-4,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        lr_scheduler_type: str = "constant",
+        max_grad_norm: float | None = 1.0,
+        micro_batch_size: int = 128,
+        betas: Sequence[float] = (0.9, 0.999),
+        attn_implementation: str | None = None,
+    ) -> None:
+        from transformers import AutoConfig, AutoModelForTokenClassification
+
+        if lr_scheduler_type not in LR_SCHEDULERS:
+            raise ValueError(
+                f"critic lr_scheduler_type={lr_scheduler_type!r} is not supported; valid "
+                f"options: {list(LR_SCHEDULERS)}"
+            )
+        self.device = torch.device(device)
+        self.micro_batch_size = micro_batch_size
+        self.max_grad_norm = max_grad_norm
+        config = AutoConfig.from_pretrained(str(model_path), num_labels=1, classifier_dropout=0.0)
+        extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+        self.model = AutoModelForTokenClassification.from_pretrained(
+            str(model_path), config=config, dtype=getattr(torch, dtype), **extra
+        ).to(self.device)
+        if gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        self.optimizer, self.scheduler = build_optimizer(
+            self.model,
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            warmup_steps=warmup_steps,
+            betas=betas,
+        )
+
+    def train(self, mode: bool = True) -> None:
+        """Training or evaluation mode of the value model."""
+        self.model.train(mode)
+
+    @torch.no_grad()
+    def values(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, T]`` values under the current weights (eval mode, no gradient)."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            width = batch.input_ids.shape[1]
+            parts = []
+            for start in range(0, len(batch), self.micro_batch_size):
+                rows = slice(start, start + self.micro_batch_size)
+                part = batch.rows(rows, width=int(batch.attention_mask[rows].sum(1).max()))
+                values = value_forward(self.model, to_device(part, self.device)).cpu()
+                parts.append(torch.nn.functional.pad(values, (0, width - values.shape[1])))
+            return torch.cat(parts)  # [B, T]
+        finally:
+            self.model.train(was_training)
+
+    def train_step(
+        self, micro_batches: Sequence[RolloutBatch], loss_fn: ValueLossFunction
+    ) -> dict[str, Metric]:
+        """One optimizer step over ``micro_batches`` (each loss is its share of the whole)."""
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        reducer = MetricReducer()
+        for part in micro_batches:
+            part = to_device(part, self.device)
+            loss, metrics = loss_fn(value_forward(self.model, part), part)
+            loss.backward()
+            reducer.add(metrics)
+        reducer.add(optimizer_step(self.model, self.optimizer, self.scheduler, self.max_grad_norm))
+        return reducer.metrics()
+
+    def save(self, directory: Path) -> None:
+        """Write the value model under ``model/`` and the optimizer and scheduler states."""
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(directory / "model")
+        torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
+        torch.save(self.scheduler.state_dict(), directory / "scheduler.pt")
+
+    def load(self, directory: Path) -> None:
+        """Restore what :meth:`save` wrote, in place."""
+        from safetensors.torch import load_file
+
+        weights = load_file(str(directory / "model" / "model.safetensors"), device=str(self.device))
+        self.model.load_state_dict(weights)
+        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
+        self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=True))
