@@ -15,6 +15,30 @@ from collections.abc import Sequence
 from typing import Any
 
 
+def _tied_modules(model: Any) -> list[Any]:
+    """Modules that share a parameter with another module (tied embeddings and LM head)."""
+    owners: dict[int, list[Any]] = {}
+    for module in model.modules():
+        for parameter in module._parameters.values():
+            if parameter is not None:
+                owners.setdefault(id(parameter), []).append(module)
+    return [module for group in owners.values() if len(group) > 1 for module in group]
+
+
+def _refresh_tied(modules: list[Any]) -> None:
+    """Rebuild tied modules' kernel state from their (shared) weights.
+
+    A reload processes only the module the checkpoint names (``embed_tokens``);
+    on CPU the tied LM head keeps a oneDNN handle packed from the old weights
+    (measured: logprobs off by 0.02 on a tied Qwen2.5-0.5B shape without this).
+    """
+    for module in modules:
+        method = getattr(module, "quant_method", None)
+        process = getattr(method, "process_weights_after_loading", None)
+        if callable(process):
+            process(module)
+
+
 class WeightReloadExtension:
     """Mixed into vLLM's worker; called through ``collective_rpc``."""
 
@@ -28,7 +52,9 @@ class WeightReloadExtension:
 
         tensors = load(payload)
         worker: Any = self
+        tied = _tied_modules(worker.model_runner.get_model())
         worker.reload_weights(weights_iterator=iter(tensors.items()))
+        _refresh_tied(tied)
         return len(tensors)
 
     def agentgym_begin_weight_update(self) -> None:
@@ -44,6 +70,7 @@ class WeightReloadExtension:
         model = worker.model_runner.get_model()
         worker.agentgym_expected = {name for name, _ in model.named_parameters()}
         worker.agentgym_loaded = set()
+        worker.agentgym_tied = _tied_modules(model)  # before the reload takes parameters apart
         initialize_layerwise_reload(model)
 
     def agentgym_load_weight_bucket(self, payload: bytes, specs: Sequence[Sequence[Any]]) -> int:
@@ -80,6 +107,7 @@ class WeightReloadExtension:
         worker: Any = self
         with set_current_vllm_config(worker.vllm_config):
             finalize_layerwise_reload(worker.model_runner.get_model(), worker.model_config)
+            _refresh_tied(getattr(worker, "agentgym_tied", []))
         expected: set[str] = getattr(worker, "agentgym_expected", set())
         loaded: set[str] = getattr(worker, "agentgym_loaded", set())
         return sorted(expected - loaded)
