@@ -21,8 +21,10 @@ from agentgym.registry import env_versions
 from agentgym.rollout.backends import GenerationBackend, SamplingParams, make_backend
 from agentgym.rollout.backends import resolve_backend as _resolve_backend
 from agentgym.rollout.chat import ChatTokenizer
+from agentgym.rollout.engines import spawn_engines
 from agentgym.rollout.env_manager import EnvConfig, EnvManager
 from agentgym.rollout.loop import RolloutConfig
+from agentgym.rollout.router import Router
 from agentgym.schema import (
     EnvManagerSection,
     GeneratingArgs,
@@ -84,11 +86,27 @@ def rollout_config(config: TrainConfig, *, validation: bool = False) -> RolloutC
     )
 
 
-def env_manager(section: EnvManagerSection, config: TrainConfig, **kwargs: Any) -> EnvManager:
-    """An :class:`EnvManager` from a ``*_env_manager`` section (ROLL's keys)."""
+def env_manager(
+    section: EnvManagerSection,
+    config: TrainConfig,
+    *,
+    cluster: Cluster | None = None,
+    **kwargs: Any,
+) -> EnvManager:
+    """An :class:`EnvManager` from a ``*_env_manager`` section (ROLL's keys).
+
+    On a Ray cluster the envs live in env-worker actors (``max_env_num_per_worker``
+    each; unset: one worker per node); in this process they are stepped in
+    threads, or, with ``max_env_num_per_worker`` set, by env workers behind
+    local handles (the same classes, for debugging).
+    """
     env_configs: dict[str, EnvConfig | Any] = dict(section.env_configs)
     for tag in section.tags:
         env_configs.setdefault(tag, EnvConfig(tag, dict(config.env.kwargs)))
+    if cluster is not None and cluster.kind == "local" and not section.max_env_num_per_worker:
+        cluster = None
+    if cluster is not None:
+        kwargs |= {"cluster": cluster, "max_env_num_per_worker": section.max_env_num_per_worker}
     return EnvManager(
         tags=section.tags,
         env_groups=section.env_groups,
@@ -108,29 +126,58 @@ def backend_name(config: TrainConfig) -> str:
 
 
 def generation_backend(
-    config: TrainConfig, path: Path, *, dtype: str, device: str, sync_dir: Path | None = None
+    config: TrainConfig,
+    path: Path,
+    *,
+    dtype: str,
+    device: str,
+    sync_dir: Path | None = None,
+    cluster: Cluster | None = None,
 ) -> GenerationBackend:
     """The generation backend for the policy at ``path`` (``sync_dir``: where weights
-    for a server are written, which it must be able to read)."""
+    for a server are written, which it must be able to read).
+
+    On a Ray cluster, ``actor_infer``'s engines (one per ``num_gpus_per_worker``
+    devices of its ``device_mapping``) run as actors behind a :class:`Router`; an
+    OpenAI-compatible server is reached from the driver.
+    """
     generation = config.generation
     per_request_seed = generation.per_request_seed
     if per_request_seed is None:
         import torch
 
         per_request_seed = torch.cuda.is_available()
-    return make_backend(
-        backend_name(config),
+    name = backend_name(config)
+    settings: dict[str, Any] = {
+        "dtype": dtype,
+        "device": device,
+        "max_model_len": config.sequence_length,
+        "max_batch_size": generation.max_batch_size,
+    }
+    if cluster is None or cluster.kind == "local" or name == "openai":
+        return make_backend(
+            name,
+            str(path),
+            **settings,
+            seed=config.seed,
+            base_url=generation.base_url,
+            served_model_name=generation.served_model_name,
+            per_request_seed=per_request_seed,
+            weight_sync_dir=str(sync_dir) if sync_dir is not None else None,
+        )
+    engines = placement_plan(config).workers["actor_infer"]
+    clients = spawn_engines(
+        cluster,
+        len(engines),
+        name,
         str(path),
-        dtype=dtype,
-        device=device,
-        max_model_len=config.sequence_length,
-        seed=config.seed,
-        max_batch_size=generation.max_batch_size,
-        base_url=generation.base_url,
-        served_model_name=generation.served_model_name,
-        per_request_seed=per_request_seed,
-        weight_sync_dir=str(sync_dir) if sync_dir is not None else None,
+        nodes=[engine.node for engine in engines],
+        visible_devices=[engine.visible_devices if engine.gpu else None for engine in engines],
+        gpu=engines[0].gpu,
+        seeds=[config.seed + 1000 * engine.rank for engine in engines],
+        **settings,
     )
+    return Router(clients, share=cluster.share)
 
 
 def strategy_settings(config: TrainConfig, path: Path, *, needs_reference: bool) -> dict[str, Any]:
@@ -314,6 +361,7 @@ def _build_parts(
             dtype=config.actor_infer.model_args.dtype,
             device=config.model.device,
             sync_dir=output_dir,
+            cluster=workers,
         )
     print(f"generation backend: {backend_name(config)}; model: {path}", flush=True)
     write_atomic(output_dir / RUN_CONFIG, yaml.safe_dump(resolved, sort_keys=False))
@@ -337,10 +385,11 @@ def _build_parts(
         strategy=strategy,
         backend=backend,
         chat=ChatTokenizer(tokenizer),
-        train_manager=env_manager(config.train_env_manager, config),
+        train_manager=env_manager(config.train_env_manager, config, cluster=workers),
         val_manager=env_manager(
             config.val_env_manager,
             config,
+            cluster=workers,
             fixed_seeds=True,
             render_mode="rgb_array" if config.render_save_dir else None,
         ),

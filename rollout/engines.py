@@ -166,6 +166,7 @@ def spawn_engines(
     visible_devices: Sequence[str | None] | None = None,
     gpu: bool = False,
     role: str = "actor_infer",
+    seeds: Sequence[int] | None = None,
     **backend_kwargs: Any,
 ) -> list[EngineClient]:
     """Start ``count`` engine workers on ``cluster`` and return their clients.
@@ -179,6 +180,8 @@ def spawn_engines(
         visible_devices: Each engine's ``CUDA_VISIBLE_DEVICES`` (default: unset).
         gpu: Whether engines use GPUs.
         role: The name's prefix (engines are ``{role}[i]``).
+        seeds: Each engine's sampling seed (engines with one seed would draw the same
+            random numbers, and a group's samples on two engines would coincide).
         backend_kwargs: Passed to :func:`make_backend` in each engine.
     """
     places = list(nodes) if nodes is not None else [0] * count
@@ -191,6 +194,7 @@ def spawn_engines(
     clients = []
     for rank in range(count):
         name = f"{role}[{rank}]"
+        seeded = {"seed": seeds[rank]} if seeds is not None else {}
         handle = cluster.spawn(
             EngineWorker,
             name,
@@ -202,6 +206,7 @@ def spawn_engines(
             gpu=gpu,
             concurrency=ENGINE_CONCURRENCY,
             **backend_kwargs,
+            **seeded,
         )
         clients.append(EngineClient(handle))
     return clients

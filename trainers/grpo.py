@@ -263,7 +263,7 @@ def shut_down(parts: TrainParts, loop: asyncio.AbstractEventLoop) -> None:
     for task in pending:
         task.cancel()
     with contextlib.suppress(KeyboardInterrupt):  # a task Ctrl-C interrupted raises it again
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(_settle(pending))
     try:
         parts.train_manager.close()
         parts.val_manager.close()
@@ -273,6 +273,11 @@ def shut_down(parts: TrainParts, loop: asyncio.AbstractEventLoop) -> None:
     finally:
         if parts.cluster is not None:  # every worker it started (trainer ranks, engines, envs)
             parts.cluster.shutdown()
+
+
+async def _settle(tasks: set[asyncio.Task[Any]]) -> None:
+    # gathered inside a coroutine: the loop need not be this thread's current loop
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def check_failures(config: GRPOConfig, trajectories: list[Trajectory], step: int) -> float:

@@ -81,6 +81,11 @@ class Cluster(Protocol):
         """The IP address of node ``node`` (where a process group's rank 0 listens)."""
         ...
 
+    def share(self, value: Any) -> Any:
+        """``value`` in a form many workers can take as an argument without a copy per
+        call (Ray: an object-store reference; locally: the value itself)."""
+        ...
+
     def shutdown(self) -> None:
         """Stop every worker this cluster started."""
         ...
@@ -124,6 +129,10 @@ class LocalCluster:
     def node_address(self, node: int) -> str:
         """Loopback: every worker is in this process."""
         return "127.0.0.1"
+
+    def share(self, value: Any) -> Any:
+        """The value itself: local workers take it by reference."""
+        return value
 
     def shutdown(self) -> None:
         """Close every worker."""

@@ -255,6 +255,11 @@ class RayCluster:
         """The IP address Ray reports for node ``node``."""
         return str(self.nodes[node]["NodeManagerAddress"])
 
+    def share(self, value: Any) -> Any:
+        """``value`` put in the object store once: an actor call given the reference
+        receives the value (one copy per node, not one per call)."""
+        return _import_ray().put(value)
+
     def kill_process(self, handle: RayHandle) -> int:
         """SIGKILL the actor's process (fault injection for tests); returns its pid."""
         import signal
