@@ -77,12 +77,18 @@ def test_two_nodes_hold_the_ranks_and_train_two_steps(
         f"ray_address={two_nodes.address}",
         "num_nodes=2",
         "++actor_train.device_mapping=[0,1]",
+        "++actor_infer.device_mapping=[1]",
+        "train_env_manager.max_env_num_per_worker=4",
     )
     config = validate(composed(*overrides))
     grpo, parts = build_train(config, composed(*overrides))
     try:
-        handles = parts.strategy.handles  # type: ignore[attr-defined]
-        assert [node_resources(h) for h in handles] == [{"node_a"}, {"node_b"}]
+        ranks = parts.strategy.handles  # type: ignore[attr-defined]
+        assert [node_resources(h) for h in ranks] == [{"node_a"}, {"node_b"}]
+        envs = parts.train_manager.workers  # 8 envs, 4 a worker: one worker per node
+        assert [node_resources(h) for h in envs] == [{"node_a"}, {"node_b"}]
+        engines = parts.backend.backends  # type: ignore[attr-defined]
+        assert [node_resources(e.handle) for e in engines] == [{"node_b"}]
     except BaseException:
         parts.cluster.shutdown()  # type: ignore[union-attr]
         raise
