@@ -1,6 +1,7 @@
 """The update path is exact: micro-batches (trimmed to their longest row, as the
 recipe cuts them) give the whole mini-batch's gradient and metrics, for every
-``loss_agg_mode``, with the KL and entropy terms on."""
+``loss_agg_mode``, with the KL and entropy terms on, and ROLL's extra terms:
+the SFT/TOPR term mixed with ``rl_loss_coef``, length sample weights and dual-clip."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from agentgym.builders import default_grpo_config
 from agentgym.trainers.grpo import PolicyLoss, update_policy
+from agentgym.trainers.loss_terms import sample_weights
 from agentgym.trainers.losses import LOSS_AGG_MODES
 from agentgym.trainers.strategies import micro_batches
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
@@ -59,9 +61,19 @@ def gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+ISSUE_19_TERMS = {
+    "sft_loss_coef": 0.3,
+    "use_topr_loss": True,
+    "rl_loss_coef": 0.7,
+    "length_loss_weight": True,
+    "dual_clip_ratio_c": 1.2,  # ROLL's dual_clip_loss at pg_clip 0.1
+}
+
+
+@pytest.mark.parametrize("terms", [{}, ISSUE_19_TERMS], ids=["ppo_kl_entropy", "issue_19_terms"])
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_micro_batches_give_the_whole_mini_batch_gradient_and_metrics(
-    tiny_model_dir: Path, mode: str
+    tiny_model_dir: Path, mode: str, terms: dict[str, object]
 ) -> None:
     config = default_grpo_config(
         loss_agg_mode=mode,
@@ -71,8 +83,12 @@ def test_micro_batches_give_the_whole_mini_batch_gradient_and_metrics(
         entropy_loss_coef=0.01,
         clip_ratio_low=0.1,
         clip_ratio_high=0.1,
+        **terms,
     )
     batch = ragged_batch()
+    if terms:
+        batch.scores = torch.tensor([1.0, 0.0, 2.0, 1.0, -1.0, 0.0])  # both TOPR branches
+        batch.sample_weights = sample_weights(batch.loss_mask, length_loss_weight=True)
     counts = {
         "num_tokens": batch.loss_mask.sum(),
         "num_seqs": (batch.loss_mask.sum(1) > 0).sum(),
@@ -86,8 +102,11 @@ def test_micro_batches_give_the_whole_mini_batch_gradient_and_metrics(
     for name, grad in gradients(whole.model).items():
         torch.testing.assert_close(gradients(split.model)[name], grad, atol=1e-6, rtol=1e-5)
     assert set(accumulated) == set(full)
-    for key in ("loss", "pg_loss", "kl", "entropy", "clipfrac", "clipfrac_low", "clipfrac_high",
-                "approx_kl", "ratio_mean", "ratio_min", "ratio_max", "grad_norm"):  # fmt: skip
+    keys = ["loss", "pg_loss", "kl", "entropy", "clipfrac", "clipfrac_low", "clipfrac_high",
+            "approx_kl", "ratio_mean", "ratio_min", "ratio_max", "grad_norm"]  # fmt: skip
+    if terms:
+        keys += ["sft_loss", "dual_clipfrac"]
+    for key in keys:
         assert accumulated[key].value == pytest.approx(full[key].value, rel=1e-5, abs=1e-6), key
     assert full["ratio_max"].value > full["ratio_min"].value  # the temperature moved the ratios
 

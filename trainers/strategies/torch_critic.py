@@ -83,7 +83,8 @@ class TorchCritic:
         self.device = torch.device(device)
         self.micro_batch_size = micro_batch_size
         self.max_grad_norm = max_grad_norm
-        config = AutoConfig.from_pretrained(str(model_path), num_labels=1, classifier_dropout=0.0)
+        config = AutoConfig.from_pretrained(str(model_path), num_labels=1)
+        config.classifier_dropout = 0.0  # set after loading: from_pretrained drops unknown keys
         extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
         self.model = AutoModelForTokenClassification.from_pretrained(
             str(model_path), config=config, dtype=getattr(torch, dtype), **extra
