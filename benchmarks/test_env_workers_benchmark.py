@@ -64,7 +64,7 @@ def _measure(benchmark: Any, label: str, run: Callable[[], int], rounds: int = 3
     best = turns[0] / benchmark.stats.stats.min
     benchmark.extra_info.update(turns_per_second=best, process_cpu_ms_per_turn=1000 * cpu)
     print(
-        f"\n{label}: {best:.0f} env-turns/s (best of {rounds}), driver CPU "
+        f"\n{label}: {best:.0f} env-turns/s (best of {rounds}), process CPU "
         f"{1000 * cpu:.2f} ms/turn, load average {os.getloadavg()[0]:.1f}"
     )
 

@@ -34,7 +34,7 @@ from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, RolloutResult, collect
 from agentgym.rollout.metrics import failure_report
 from agentgym.rollout.worker_client import WorkerEnv
-from agentgym.rollout.workers import EnvWorker
+from agentgym.rollout.workers import EnvAnswer, EnvBuild, EnvLostError, EnvRequest, EnvWorker
 from agentgym.trajectory import Trajectory
 from tests.rollout.envs import AddToolEnv, CountEnv, registered
 
@@ -398,3 +398,66 @@ def test_a_killed_worker_fails_its_episodes_and_comes_back(
     # the restarted worker's envs played their later episodes, this step and the next
     assert {t.env_index for t in trajectories if t.success} == set(range(4))
     assert all(t.success for t in next_round.trajectories)
+
+
+def test_a_slow_env_does_not_hold_back_its_workers_other_envs(
+    cluster: Cluster, tiny_tokenizer: Any
+) -> None:
+    with registered("slow_count", lambda **kw: CountEnv(delay=0.3, **kw)):
+        manager = EnvManager(
+            tags=["slow_count", "frozen_lake"],
+            n_groups=[1, 3],
+            env_groups=4,
+            group_size=1,
+            cluster=cluster,
+            max_env_num_per_worker=4,  # all four on one worker, sharing its exchanges
+        )
+        order: list[str] = []
+        try:
+            result = asyncio.run(
+                collect(
+                    manager,
+                    ScriptedBackend(tiny_tokenizer),
+                    ChatTokenizer(tiny_tokenizer),
+                    RolloutConfig(mode="trajectory", max_turns=10, sequence_length=4096),
+                    on_trajectory=lambda t: order.append(t.tag),
+                )
+            )
+        finally:
+            manager.close()
+    assert len(manager.workers) == 0 and len(order) == 4
+    assert order[-1] == "slow_count"
+    assert all(t.success for t in result.trajectories)
+
+
+def test_an_exchange_answers_each_request_once_and_per_session() -> None:
+    with registered("slow_count_x", lambda **kw: CountEnv(delay=0.3, **kw)):
+        worker = EnvWorker([EnvBuild("slow_count_x"), EnvBuild("slow_count_x")])
+    try:
+        requests = [
+            EnvRequest(0, "reset", (0, 7)),
+            EnvRequest(1, "reset", (1, 7)),
+            EnvRequest(2, "close", ()),
+        ]
+        answers: list[EnvAnswer] = []
+        while len(answers) < 3:
+            answers += worker.exchange("first", requests if not answers else [], wait=5.0)
+        by_id = {answer.id: answer for answer in answers}
+        assert sorted(by_id) == [0, 1, 2]
+        assert by_id[0].ok and by_id[1].ok
+        incarnation, start = by_id[0].value
+        assert start.observation == by_id[1].value[1].observation  # the same seed
+        assert by_id[2].ok is False and isinstance(by_id[2].value, ValueError)
+        assert "raised on the env worker" in "".join(getattr(by_id[2].value, "__notes__", []))
+        worker.wake()
+        assert worker.exchange("first", [], wait=5.0) == []  # woken, nothing finished
+        step = EnvRequest(3, "step", (0, incarnation, "<answer>Inc</answer>"))
+        assert worker.exchange("second", [step], wait=0.0) == []  # the step takes 0.3 s
+        assert (
+            worker.exchange("third", [], wait=1.0) == []
+        )  # the second session's answer is dropped
+        lost = EnvRequest(4, "step", (1, "an old incarnation", "<answer>Inc</answer>"))
+        (answer,) = worker.exchange("third", [lost], wait=5.0)
+        assert answer.ok is False and isinstance(answer.value, EnvLostError)
+    finally:
+        worker.close()
