@@ -62,6 +62,7 @@ def test_the_shipped_yaml_equals_the_schema_defaults() -> None:
         ("generation=openai", "generation.base_url=http://127.0.0.1:1"),
         ("tracker=tensorboard",),
         ("tracker=wandb",),
+        ("tracker=swanlab",),
         ("env=frozen_lake",),
         ("env=webshop", "sequence_length=4096"),
         ("env=math_tool", "sequence_length=4096"),

@@ -1,13 +1,14 @@
-"""Trackers: where training metrics go (stdout + JSONL, TensorBoard, Weights & Biases).
+"""Trackers: where training metrics go (stdout + JSONL, TensorBoard, Weights & Biases,
+SwanLab).
 
 :func:`make_tracker` builds one :class:`Tracker` that fans each ``log`` call
 out to every backend named in ``track_with``. A run has one id: the wandb run
 id when wandb is on, else a generated one. A checkpoint stores it, and
-passing it back as ``run_id`` continues the same wandb run and the same
-TensorBoard folder.
+passing it back as ``run_id`` continues the same wandb and SwanLab run and
+the same TensorBoard folder.
 
-TensorBoard (``torch.utils.tensorboard``) and wandb are imported only when
-asked for, here and nowhere else.
+TensorBoard (``torch.utils.tensorboard``), wandb and SwanLab are imported only
+when asked for, here and nowhere else.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from agentgym.fileio import write_atomic
 
 logger = logging.getLogger(__name__)
 
-TRACKERS = ("stdout", "tensorboard", "wandb")
+TRACKERS = ("stdout", "tensorboard", "wandb", "swanlab")
 """Tracker names accepted by :func:`make_tracker`."""
 
 METRICS_FILE = "metrics.jsonl"
@@ -247,6 +248,66 @@ class WandbTracker:
             logger.info("wandb offline run saved; upload it with: wandb sync %s", run_dir)
 
 
+class SwanLabTracker:
+    """A SwanLab run (ROLL's ``track_with: swanlab``); offline unless a key or a mode says
+    otherwise.
+
+    The run is offline when neither ``mode`` nor ``SWANLAB_MODE`` is given and
+    neither ``api_key`` nor ``SWANLAB_API_KEY`` is set; upload it later with
+    ``swanlab sync <logging_dir>/swanlab/run-*``.
+
+    Args:
+        logging_dir: The run's files go under ``logging_dir/swanlab`` (unless ``log_dir``
+            is given).
+        exp_name: The experiment name (unless ``name`` is given).
+        config: The run config.
+        run_id: The run id; a run with this id is continued (``resume="allow"``).
+        **init_kwargs: Passed to ``swanlab.init`` (``project``, ``workspace``, ``tags``,
+            ``mode``, ...), overriding the above; ``api_key`` logs in first.
+
+    Raises:
+        ImportError: When SwanLab is not installed.
+    """
+
+    def __init__(
+        self,
+        *,
+        logging_dir: str | Path,
+        exp_name: str,
+        config: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+        **init_kwargs: Any,
+    ) -> None:
+        swanlab = _import_swanlab()
+        kwargs: dict[str, Any] = {
+            "project": "agentgym",
+            "name": exp_name,
+            "log_dir": str(Path(logging_dir) / "swanlab"),
+            "config": _plain(config) if config is not None else None,
+            "id": run_id,
+            "resume": "allow",
+        }
+        kwargs.update(init_kwargs)
+        api_key = kwargs.pop("api_key", None)
+        has_key = api_key is not None or bool(os.environ.get("SWANLAB_API_KEY"))
+        if kwargs.get("mode") is None and not os.environ.get("SWANLAB_MODE") and not has_key:
+            kwargs["mode"] = "offline"
+        if api_key is not None:
+            swanlab.login(api_key=api_key)
+        Path(kwargs["log_dir"]).mkdir(parents=True, exist_ok=True)
+        self._run = swanlab.init(**kwargs)
+        self.run_id: str | None = self._run.id
+        self.offline = kwargs.get("mode") == "offline"
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        """Log ``metrics`` to the run at ``step``."""
+        self._run.log({key: _as_float(key, value) for key, value in metrics.items()}, step=step)
+
+    def close(self) -> None:
+        """Finish the run."""
+        self._run.finish()
+
+
 class CompositeTracker:
     """Fans each call out to several trackers.
 
@@ -302,11 +363,13 @@ def make_tracker(
     appended to ``console_log``) and writes every metric to
     ``logging_dir/metrics.jsonl``; ``tensorboard`` writes event files to
     ``logging_dir/tensorboard/<run_id>``; ``wandb`` starts a run under
-    ``logging_dir/wandb`` (offline without an API key, see :class:`WandbTracker`).
+    ``logging_dir/wandb`` (offline without an API key, see :class:`WandbTracker`);
+    ``swanlab`` likewise under ``logging_dir/swanlab`` (:class:`SwanLabTracker`).
 
     ``tracker_kwargs`` is either flat, each key going to the backends whose
     constructor takes it (``wandb.init``: ``project``, ``entity``, ``tags``,
-    ``mode``, ``api_key``, ...; ``SummaryWriter``: ``flush_secs``, ``log_dir``
+    ``mode``, ``api_key``, ...; ``swanlab.init``: ``workspace``, ``group``, ...;
+    ``SummaryWriter``: ``flush_secs``, ``log_dir``
     (the root instead of ``logging_dir/tensorboard``), ...), or nested by
     tracker name: ``{"wandb": {...}, "tensorboard": {...}}``.
 
@@ -334,7 +397,7 @@ def make_tracker(
 
     Raises:
         ValueError: On an unknown tracker name or an argument no chosen tracker takes.
-        ImportError: When TensorBoard or wandb is asked for and not installed.
+        ImportError: When TensorBoard, wandb or SwanLab is asked for and not installed.
     """
     names = _parse_kinds(kinds)
     per_kind = _split_kwargs(tracker_kwargs or {}, names)
@@ -356,6 +419,14 @@ def make_tracker(
             )
             run_id = wandb_tracker.run_id or run_id
             built["wandb"] = wandb_tracker
+        if "swanlab" in names:
+            built["swanlab"] = SwanLabTracker(
+                logging_dir=logging_dir,
+                exp_name=exp_name,
+                config=config,
+                run_id=run_id,
+                **per_kind["swanlab"],
+            )
         if "tensorboard" in names:
             writer_kwargs = dict(per_kind["tensorboard"])
             tb_root = Path(writer_kwargs.pop("log_dir", logging_dir / "tensorboard"))
@@ -409,6 +480,17 @@ def _import_wandb() -> Any:
     return wandb
 
 
+def _import_swanlab() -> Any:
+    try:
+        import swanlab  # type: ignore[import-untyped]
+    except ImportError as error:
+        raise ImportError(
+            "track_with=swanlab needs SwanLab: pip install swanlab (in agentgym's dev "
+            "extra), or drop swanlab from track_with"
+        ) from error
+    return swanlab
+
+
 def _parse_kinds(kinds: Sequence[str] | str) -> list[str]:
     if isinstance(kinds, str):
         kinds = [part for part in kinds.split(",") if part.strip()]
@@ -431,6 +513,10 @@ def _accepted_kwargs(kind: str) -> set[str]:
         # `config` comes from make_tracker's own argument.
         parameters = set(inspect.signature(_import_wandb().init).parameters)
         return parameters - {"anonymous", "config"} | {"api_key"}
+    if kind == "swanlab":
+        # `config` comes from make_tracker's own argument.
+        parameters = set(inspect.signature(_import_swanlab().init).parameters)
+        return parameters - {"config", "kwargs", "callbacks", "settings"} | {"api_key"}
     if kind == "tensorboard":
         try:
             from torch.utils.tensorboard import SummaryWriter

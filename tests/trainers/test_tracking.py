@@ -534,3 +534,50 @@ def test_importing_the_module_imports_no_backend():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+@pytest.fixture
+def offline_swanlab(tmp_path, monkeypatch):
+    """SwanLab with no key and no mode: it must run offline, its files in tmp."""
+    pytest.importorskip("swanlab")
+    for name in ("SWANLAB_API_KEY", "SWANLAB_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # its settings folder
+    return tmp_path / "logs"
+
+
+def test_swanlab_runs_offline_without_a_key_and_resume_reuses_the_run_id(offline_swanlab):
+    logging_dir = offline_swanlab
+    tracker = make_tracker(
+        ["stdout", "swanlab"],
+        logging_dir=logging_dir,
+        exp_name="exp",
+        config={"lr": 0.001},
+        tracker_kwargs={"project": "agentgym-test"},
+    )
+    swanlab_tracker = tracker.trackers[1]
+    assert swanlab_tracker.offline  # type: ignore[attr-defined]
+    tracker.log({"train/all/score": 3.25}, step=1)
+    tracker.close()
+    run_id = tracker.run_id
+    assert run_id is not None and swanlab_tracker.run_id == run_id
+    (run_folder,) = (logging_dir / "swanlab").glob(f"run-*-{run_id}")
+    assert b"train/all/score" in (run_folder / f"run-{run_id}.swanlab").read_bytes()
+    assert read_jsonl(logging_dir / METRICS_FILE) == [{"step": 1, "train/all/score": 3.25}]
+
+    resumed = make_tracker(["swanlab"], logging_dir=logging_dir, exp_name="exp", run_id=run_id)
+    resumed.log({"train/all/score": 4.0}, step=2)
+    resumed.close()
+    assert resumed.run_id == run_id
+    # Offline, a resumed run writes a folder with the same id (named by the second it
+    # started, so the two may share one); `swanlab sync` joins them.
+    folders = sorted((logging_dir / "swanlab").glob("run-*"))
+    assert folders and all(folder.name.endswith(f"-{run_id}") for folder in folders)
+
+
+def test_swanlab_keyword_arguments_are_checked_against_swanlab_init(offline_swanlab):
+    with pytest.raises(ValueError, match="not an argument of the swanlab tracker"):
+        make_tracker(
+            "swanlab", logging_dir=offline_swanlab, exp_name="e",
+            tracker_kwargs={"swanlab": {"entity": "x"}},
+        )  # fmt: skip
