@@ -34,7 +34,7 @@ from agentgym.cluster import DISTRIBUTED, plan_placement
 from agentgym.errors import ConfigError, check_choice, did_you_mean
 from agentgym.models.tiny import TinyModelSpec
 from agentgym.models.warmstart import WarmStartSpec
-from agentgym.rollout.backends import BACKENDS
+from agentgym.rollout.backends import BACKENDS, check_backend
 from agentgym.rollout.chat import PREFIX_CHECK_MODES
 from agentgym.trainers.advantages import ADVANTAGE_ESTIMATORS, GROUPINGS, NORMALIZATIONS
 from agentgym.trainers.losses import KL_PENALTIES, LOSS_AGG_MODES
@@ -485,6 +485,10 @@ def _check_relations(config: TrainConfig) -> None:
         check_choice("actor_train.strategy_args.strategy_name", str(name), list(STRATEGIES))
     backend = config.actor_infer.strategy_args.strategy_name
     check_choice("actor_infer.strategy_args.strategy_name", str(backend), BACKENDS)
+    try:
+        check_backend(str(backend), config.generation.base_url)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def dual_clip_c(config: TrainConfig) -> float | None:

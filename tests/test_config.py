@@ -60,6 +60,7 @@ def test_the_shipped_yaml_equals_the_schema_defaults() -> None:
         ("generation=hf",),
         ("generation=vllm",),
         ("generation=openai", "generation.base_url=http://127.0.0.1:1"),
+        ("generation=sglang", "generation.base_url=http://127.0.0.1:1"),
         ("tracker=tensorboard",),
         ("tracker=wandb",),
         ("tracker=swanlab",),

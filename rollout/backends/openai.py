@@ -7,7 +7,9 @@ server (``python -m vllm.entrypoints.openai.api_server``). Start vLLM with
 ``--logprobs-mode processed_logprobs`` so that its logprobs are those of the
 distribution it samples from, as the trainer computes them. Weight updates go
 through a vLLM server's development endpoints (``VLLM_SERVER_DEV_MODE=1``,
-started with this package's worker extension).
+started with this package's worker extension), or an SGLang server's
+``/update_weights_from_disk`` (``server="sglang"``: ROLL's
+``strategy_name: sglang``, with SGLang run as a server).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
 WORKER_EXTENSION = "agentgym.rollout.backends.vllm_worker.WeightReloadExtension"
 """Pass as ``--worker-extension-cls`` to ``vllm serve`` to allow weight updates."""
 
+SERVERS = ("vllm", "sglang")
+"""The servers whose weight-reload endpoints :meth:`OpenAIBackend.update_weights` knows."""
+
 
 class OpenAIBackend:
     """Generate through an OpenAI-compatible ``/v1/completions`` endpoint.
@@ -46,6 +51,9 @@ class OpenAIBackend:
             on seeded requests that are scheduled in chunks ("CPU Generator does
             not use offset"), so leave it off for servers on CPU (as the
             in-process vLLM backend does there).
+        server: One of :data:`SERVERS`: how :meth:`update_weights` has the server
+            reload (vLLM's worker extension, or SGLang's ``/update_weights_from_disk``).
+        model_dir: The model folder whose ``config.json`` an SGLang reload folder needs.
     """
 
     def __init__(
@@ -59,7 +67,15 @@ class OpenAIBackend:
         retries: int = 2,
         weight_sync_dir: str | None = None,
         per_request_seed: bool = True,
+        server: str = "vllm",
+        model_dir: str | None = None,
     ) -> None:
+        if server not in SERVERS:
+            raise ValueError(f"server={server!r} is not one of {list(SERVERS)}")
+        if server == "sglang" and weight_sync_dir is not None and model_dir is None:
+            raise ValueError("an SGLang server reloads a model folder: pass model_dir")
+        self.server = server
+        self.model_dir = model_dir
         root = base_url.rstrip("/")
         self.root = root[: -len("/v1")] if root.endswith("/v1") else root
         self.model = model
@@ -151,17 +167,21 @@ class OpenAIBackend:
 
         Raises:
             GenerationError: Without ``weight_sync_dir``, or when the server
-                lacks the development endpoints or the worker extension.
+                lacks the development endpoints or the worker extension (vLLM),
+                or refuses the reload (SGLang).
         """
         if self.weight_sync_dir is None:
             raise GenerationError(
                 "update_weights needs weight_sync_dir (a folder the server can read) and a "
                 "vLLM server started with VLLM_SERVER_DEV_MODE=1 "
-                f"--worker-extension-cls {WORKER_EXTENSION}"
+                f"--worker-extension-cls {WORKER_EXTENSION}, or an SGLang server"
             )
         from safetensors.torch import save_file
 
         tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in weights}
+        if self.server == "sglang":
+            await self._reload_sglang(tensors)
+            return
         with tempfile.NamedTemporaryFile(
             dir=self.weight_sync_dir, suffix=".safetensors", delete=False
         ) as handle:
@@ -175,6 +195,28 @@ class OpenAIBackend:
             await self._post("/reset_prefix_cache", {})
         finally:
             path.unlink(missing_ok=True)
+
+    async def _reload_sglang(self, tensors: dict[str, torch.Tensor]) -> None:
+        """SGLang reloads a model folder: the weights and the model's ``config.json``."""
+        import shutil
+
+        from safetensors.torch import save_file
+
+        if self.weight_sync_dir is None or self.model_dir is None:
+            raise GenerationError("an SGLang reload needs weight_sync_dir and model_dir")
+        folder = Path(tempfile.mkdtemp(dir=self.weight_sync_dir, prefix="sglang-weights-"))
+        try:
+            save_file(tensors, str(folder / "model.safetensors"))
+            shutil.copy(Path(self.model_dir) / "config.json", folder / "config.json")
+            response = await self._post("/update_weights_from_disk", {"model_path": str(folder)})
+            answer = response.json()
+            if not answer.get("success", False):
+                raise GenerationError(
+                    f"the SGLang server at {self.root} refused the weight reload: "
+                    f"{answer.get('message', answer)}"
+                )
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     async def close(self) -> None:
         """Close the HTTP connections."""
