@@ -244,6 +244,7 @@ def critic_strategy(config: TrainConfig, path: Path) -> Critic:
         lr_scheduler_type=args.lr_scheduler_type,
         max_grad_norm=config.max_grad_norm,
         micro_batch_size=args.per_device_train_batch_size,
+        seed=config.seed,
     )
 
 

@@ -173,3 +173,16 @@ def test_resuming_a_checkpoint_without_a_critic_into_a_gae_run_says_so(tmp_path:
     checkpoint(saved, step=1)
     with pytest.raises(FileNotFoundError, match="holds no critic/"):
         restore(recipe_parts(tmp_path, "fresh"), True)
+
+
+def test_the_fresh_head_is_seeded_and_the_global_rng_left_alone(tiny_model_dir: Path) -> None:
+    batch = ragged_batch()
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    first = TorchCritic(tiny_model_dir, seed=7)
+    assert torch.rand(1) == before  # building it drew nothing from the global RNG
+    torch.testing.assert_close(
+        TorchCritic(tiny_model_dir, seed=7).values(batch), first.values(batch), rtol=0, atol=0
+    )
+    assert not torch.equal(TorchCritic(tiny_model_dir, seed=8).values(batch), first.values(batch))

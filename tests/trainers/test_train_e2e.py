@@ -241,6 +241,47 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path: Path, cache:
             assert got[step][key] == pytest.approx(value, rel=1e-5, abs=1e-6), (step, key)
 
 
+# GAE with its critic, the adaptive KL coefficient and running reward statistics:
+# all of it must come back from a checkpoint for the resumed run to repeat the
+# uninterrupted one.
+GAE = (
+    "adv_estimator=gae", "critic_warmup=1", "value_clip=0.2",
+    "critic.training_args.per_device_train_batch_size=4",
+    "critic.training_args.gradient_accumulation_steps=1",
+    "add_token_level_kl=true", "target_kl=0.01", "reward_norm=running", "whiten_rewards=true",
+)  # fmt: skip
+
+
+def all_metrics(output: Path) -> dict[int, dict[str, Any]]:
+    """Every logged metric but the timings, by step (train, actor and critic)."""
+    rows: dict[int, dict[str, Any]] = {}
+    for line in (output / "logs" / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        values = {k: v for k, v in record.items() if k.startswith(("train/", "actor/", "critic/"))}
+        if values:
+            rows[record["step"]] = values
+    return rows
+
+
+def test_kill_and_resume_with_a_critic_reproduces_the_uninterrupted_run(
+    tmp_path: Path, cache: Path
+) -> None:
+    reference = tmp_path / "reference"
+    train(reference, cache, "generation=hf", "eval_steps=0", *GAE)
+    resumed = tmp_path / "resumed"
+    kill_after_checkpoint(resumed, cache, "generation=hf", "eval_steps=0", *GAE)
+    train(resumed, cache, "generation=hf", "eval_steps=0", "resume_from_checkpoint=true", *GAE)
+    expected, got = all_metrics(reference), all_metrics(resumed)
+    assert sorted(got) == [1, 2, 3, 4]
+    assert "actor/updates" in expected[1] and "actor/loss" not in expected[1]  # warmup
+    for step in range(1, 5):
+        assert got[step].keys() == expected[step].keys()
+        assert {"critic/vf_loss", "actor/kl_coef"} <= got[step].keys()
+        for key, value in expected[step].items():
+            assert got[step][key] == pytest.approx(value, rel=1e-5, abs=1e-6), (step, key)
+    assert expected[4]["actor/kl_coef"] != expected[1]["actor/kl_coef"]  # it adapted
+
+
 def test_kill_and_resume_on_vllm_samples_with_the_checkpoint(tmp_path: Path, cache: Path) -> None:
     # vLLM on CPU ignores per-request seeds, so the resumed run cannot repeat the
     # uninterrupted one; what must hold is that the engine samples from the
@@ -275,6 +316,11 @@ def test_kill_and_resume_on_vllm_samples_with_the_checkpoint(tmp_path: Path, cac
             "reward_normalization.grouping=inductive", "advantage_clip=2.0",
             "tracker=tensorboard",
         ),
+        (
+            "sft_loss_coef=0.1", "use_topr_loss=true", "rl_loss_coef=0.5",
+            "length_loss_weight=true", "dual_clip_loss=true", "use_reward_scaling=true",
+            "use_reward_norm=true", "reward_clip=3.0", "tracker=swanlab",
+        ),
     ],
 )  # fmt: skip
 def test_every_loss_term_runs_through_the_recipe(
@@ -291,6 +337,10 @@ def test_every_loss_term_runs_through_the_recipe(
         assert "actor/kl" in steps[2] and "actor/entropy" in steps[2]
         assert "actor/is_weight_mean" in steps[2]
         assert steps[2]["actor/updates"] == 2.0  # two PPO epochs of one mini-batch
+    elif "use_topr_loss=true" in overrides:
+        assert "actor/sft_loss" in steps[2] and "actor/dual_clipfrac" in steps[2]
+        assert "train/reward_clip_frac" in steps[2]
+        assert list((output / "logs" / "swanlab").glob("run-*"))
     else:
         assert "actor/token_level_kl" in steps[2]
         assert 0 <= steps[2]["train/anchor_state_share"] <= 1  # GiGPO's anchor states

@@ -55,6 +55,8 @@ class TorchCritic:
         micro_batch_size: Rows per forward pass of :meth:`values`.
         betas: AdamW betas.
         attn_implementation: Passed to ``from_pretrained`` (None: transformers' default).
+        seed: Seeds the fresh value head's initialization (the global RNG is left as it was),
+            so that a run repeats.
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class TorchCritic:
         micro_batch_size: int = 128,
         betas: Sequence[float] = (0.9, 0.999),
         attn_implementation: str | None = None,
+        seed: int = 0,
     ) -> None:
         from transformers import AutoConfig, AutoModelForTokenClassification
 
@@ -86,9 +89,12 @@ class TorchCritic:
         config = AutoConfig.from_pretrained(str(model_path), num_labels=1)
         config.classifier_dropout = 0.0  # set after loading: from_pretrained drops unknown keys
         extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
-        self.model = AutoModelForTokenClassification.from_pretrained(
-            str(model_path), config=config, dtype=getattr(torch, dtype), **extra
-        ).to(self.device)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = AutoModelForTokenClassification.from_pretrained(
+                str(model_path), config=config, dtype=getattr(torch, dtype), **extra
+            )
+        self.model = model.to(self.device)
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.optimizer, self.scheduler = build_optimizer(
