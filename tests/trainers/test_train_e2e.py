@@ -319,7 +319,7 @@ def test_kill_and_resume_on_vllm_samples_with_the_checkpoint(tmp_path: Path, cac
         (
             "sft_loss_coef=0.1", "use_topr_loss=true", "rl_loss_coef=0.5",
             "length_loss_weight=true", "dual_clip_loss=true", "use_reward_scaling=true",
-            "use_reward_norm=true", "reward_clip=3.0", "tracker=swanlab",
+            "reward_clip=3.0", "tracker=swanlab",
         ),
     ],
 )  # fmt: skip
