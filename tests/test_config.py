@@ -428,4 +428,14 @@ def test_the_library_defaults_are_the_schemas() -> None:
     assert defaults["micro_batch_size"] == args.per_device_train_batch_size
     assert defaults["max_grad_norm"] == schema.max_grad_norm
     assert defaults["dtype"] == schema.actor_train.model_args.dtype
+    from agentgym.trainers.strategies.torch_critic import TorchCritic
+
+    critic = {name: p.default for name, p in inspect.signature(TorchCritic).parameters.items()}
+    critic_args = schema.critic.training_args
+    assert (critic["learning_rate"], critic["weight_decay"]) == (
+        critic_args.learning_rate,
+        critic_args.weight_decay,
+    )
+    assert critic["micro_batch_size"] == critic_args.per_device_train_batch_size
+    assert critic["dtype"] == schema.critic.model_args.dtype
     assert default_grpo_config() == grpo_config(schema)
