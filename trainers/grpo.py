@@ -361,7 +361,10 @@ def prepare_batch(
     normalized, token_rewards = reward_signal(
         config, parts, batch, penalty, step_advantages, metrics
     )  # [B], [B, T]
-    if config.adv_estimator != "gae":
+    if config.adv_estimator == "gae":
+        step = played[0].policy_version + 1  # the rollout of step N sampled with version N - 1
+        batch.advantages = critic_advantages(config, parts, batch, token_rewards, step, metrics)
+    else:
         batch.advantages = compute_advantages(
             config.adv_estimator,
             normalized_scores=normalized,
@@ -371,20 +374,33 @@ def prepare_batch(
             whiten=config.whiten_advantages,
             clip=config.advantage_clip,
         )
-        return batch
+    return batch
+
+
+def critic_advantages(
+    config: GRPOConfig,
+    parts: TrainParts,
+    batch: RolloutBatch,
+    token_rewards: torch.Tensor,
+    step: int,
+    metrics: dict[str, float],
+) -> torch.Tensor:
+    """GAE's ``[B, T]`` advantages with the critic's values; then the critic's update.
+
+    Sets ``batch.values`` and ``batch.returns`` (the critic's targets) and logs
+    the update's ``critic/*`` metrics.
+    """
     if parts.critic is None:
         raise ValueError("adv_estimator=gae needs parts.critic (builders.build_train makes it)")
-    batch.values = parts.critic.values(batch) * mask
+    batch.values = parts.critic.values(batch) * batch.loss_mask  # [B, T]
     gae = gae_advantages(
         token_rewards, batch.values, batch.loss_mask, gamma=config.gamma, lambd=config.lambd
     )
     batch.returns = gae.returns
-    batch.advantages = finish_advantages(
+    metrics.update(update_critic(config, parts.critic, batch, step))
+    return finish_advantages(
         gae.advantages, batch.loss_mask, whiten=config.whiten_advantages, clip=config.advantage_clip
     )
-    step = played[0].policy_version + 1  # the rollout of step N sampled with version N - 1
-    metrics.update(update_critic(config, parts.critic, batch, step))
-    return batch
 
 
 def token_level_kl_penalty(
