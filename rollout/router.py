@@ -56,8 +56,8 @@ class WeightSyncStats:
         seconds: The whole sync, begin to finish.
         pack_seconds: Reading the trainer's tensors and packing buckets (overlaps
             the sending of the previous bucket).
-        transfer_seconds: Per bucket, the slowest engine's call time minus its own
-            load time (serialization, the object store, the RPC), summed.
+        transfer_seconds: Per bucket, ``share`` (an object-store put) and the slowest
+            engine's call time minus its own load time (serialization, the RPC), summed.
         load_seconds: Per bucket, the slowest engine's load time, summed.
         buckets: Buckets sent (to each engine).
         num_bytes: Bytes packed (each sent to every engine).
@@ -117,7 +117,9 @@ async def sync_weights(
             if pending is not None:
                 sent, loaded = await pending
                 transfer, load = transfer + sent, load + loaded
+            sharing = time.perf_counter()
             payload = share(bucket) if share is not None else bucket
+            transfer += time.perf_counter() - sharing
             pending = asyncio.create_task(_send(loaders, payload))
             del bucket, chunk  # only the bucket in flight and the next one stay in memory
         if pending is not None:
