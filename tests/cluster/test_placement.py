@@ -85,3 +85,8 @@ def test_the_config_checks_placement_at_start() -> None:
         composed("distributed=ray", "++actor_train.device_mapping='list(range(0,2))'")
     )
     assert config.actor_train.device_mapping == [0, 1]
+
+
+def test_deepspeed_is_named_and_pointed_at_data_parallel_ranks() -> None:
+    with pytest.raises(ConfigError, match=r"deepspeed_train \(DeepSpeed ZeRO\) is not supported"):
+        validate(composed("actor_train.strategy_args.strategy_name=deepspeed_train"))

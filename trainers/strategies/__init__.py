@@ -63,10 +63,14 @@ CRITIC_STRATEGIES: dict[str, Callable[..., Critic]] = {"torch": _torch_critic}
 UNSUPPORTED_STRATEGIES = {
     "megatron_train": "the Megatron strategy is not built yet; use strategy_name: torch",
     "deepspeed_train": (
-        "DeepSpeed is not supported; use strategy_name: torch (FSDP2/DDP data parallelism "
-        "over Ray ranks is planned in its place)"
+        "deepspeed_train (DeepSpeed ZeRO) is not supported; use strategy_name: torch with "
+        "distributed=ray and several devices in actor_train.device_mapping (data parallel: "
+        "every rank holds the model, gradients are summed over the ranks)"
     ),
-    "fsdp2_train": "FSDP2 over several ranks is not built yet; use strategy_name: torch",
+    "fsdp2_train": (
+        "FSDP2 sharding is not built yet; use strategy_name: torch with distributed=ray and "
+        "several devices in actor_train.device_mapping (data parallel, unsharded)"
+    ),
     "hf_infer": "hf_infer is an inference strategy (actor_infer); train with strategy_name: torch",
 }
 """ROLL's other strategy names, with what to use instead."""
