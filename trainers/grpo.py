@@ -30,6 +30,7 @@ from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, collect
 from agentgym.rollout.metrics import failure_report
 from agentgym.rollout.render import dump_trajectories, pick_renders, render_trajectories
+from agentgym.rollout.router import Router
 from agentgym.trainers.advantages import (
     anchor_state_advantages,
     compute_advantages,
@@ -234,6 +235,8 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
             if batch is not None:
                 metrics.update(update_policy(config, parts.strategy, batch, step))
                 metrics["time/weight_sync"] = sync_weights(config, parts, loop)
+                if isinstance(parts.backend, Router) and parts.backend.last_sync is not None:
+                    metrics.update(parts.backend.last_sync.metrics())  # pack/transfer/load
             metrics["time/train"] = time.perf_counter() - trained
 
             metrics["time/step"] = time.perf_counter() - started
