@@ -25,6 +25,7 @@ from agentgym.rollout.engines import spawn_engines
 from agentgym.rollout.env_manager import EnvConfig, EnvManager
 from agentgym.rollout.loop import RolloutConfig
 from agentgym.rollout.router import Router
+from agentgym.rollout.scheduling import RequestCap
 from agentgym.schema import (
     EnvManagerSection,
     GeneratingArgs,
@@ -139,7 +140,8 @@ def generation_backend(
 
     On a Ray cluster, ``actor_infer``'s engines (one per ``num_gpus_per_worker``
     devices of its ``device_mapping``) run as actors behind a :class:`Router`; an
-    OpenAI-compatible server is reached from the driver.
+    OpenAI-compatible server is reached from the driver. ``max_running_requests``
+    caps the requests in flight to each engine.
     """
     generation = config.generation
     per_request_seed = generation.per_request_seed
@@ -154,8 +156,9 @@ def generation_backend(
         "max_model_len": config.sequence_length,
         "max_batch_size": generation.max_batch_size,
     }
+    cap = config.max_running_requests
     if cluster is None or cluster.kind == "local" or name == "openai":
-        return make_backend(
+        backend = make_backend(
             name,
             str(path),
             **settings,
@@ -165,6 +168,7 @@ def generation_backend(
             per_request_seed=per_request_seed,
             weight_sync_dir=str(sync_dir) if sync_dir is not None else None,
         )
+        return backend if cap is None else RequestCap(backend, cap)
     engines = placement_plan(config).workers["actor_infer"]
     clients = spawn_engines(
         cluster,
@@ -177,7 +181,7 @@ def generation_backend(
         seeds=[config.seed + 1000 * engine.rank for engine in engines],
         **settings,
     )
-    return Router(clients, share=cluster.share)
+    return Router(clients, share=cluster.share, max_running_requests=cap)
 
 
 def strategy_settings(config: TrainConfig, path: Path, *, needs_reference: bool) -> dict[str, Any]:
@@ -386,7 +390,14 @@ def _build_parts(
         strategy=strategy,
         backend=backend,
         chat=ChatTokenizer(tokenizer),
-        train_manager=env_manager(config.train_env_manager, config, cluster=workers),
+        train_manager=env_manager(
+            config.train_env_manager,
+            config,
+            cluster=workers,
+            additional_groups=(
+                config.max_additional_running_prompts if config.is_use_additional_prompts else 0
+            ),
+        ),
         val_manager=env_manager(
             config.val_env_manager,
             config,

@@ -203,6 +203,10 @@ class Role(Section):
 # Env managers ---------------------------------------------------------------------------
 
 
+MANAGER_ALIASES = {"num_env_groups": "env_groups", "num_groups_partition": "n_groups"}
+"""ROLL's other spellings of env manager keys."""
+
+
 class EnvManagerSection(Section):
     """``train_env_manager`` / ``val_env_manager`` (ROLL's keys and aliases)."""
 
@@ -222,10 +226,7 @@ class EnvManagerSection(Section):
         # ROLL also spells env_groups num_env_groups and n_groups num_groups_partition
         if isinstance(data, dict):
             data = dict(data)
-            for alias, key in (
-                ("num_env_groups", "env_groups"),
-                ("num_groups_partition", "n_groups"),
-            ):
+            for alias, key in MANAGER_ALIASES.items():
                 if alias in data:
                     data[key] = data.pop(alias)
         return data
@@ -294,10 +295,11 @@ class TrainConfig(Section):
     num_nodes: PositiveInt = 1
     num_gpus_per_node: NonNegativeInt = 0
     generate_opt_level: Annotated[int, Field(ge=0, le=1)] = 1
+    # every group member is its own episode and request: always expanded, either value
     is_num_return_sequences_expand: Bool = False
     max_running_requests: PositiveInt | None = None
     is_use_additional_prompts: Bool = False
-    max_additional_running_prompts: NonNegativeInt = 0
+    max_additional_running_prompts: NonNegativeInt = 16
     num_return_sequences_in_group: PositiveInt = 1
     async_generation_ratio: NonNegativeFloat = 0.0
 
@@ -363,7 +365,27 @@ class TrainConfig(Section):
         # ROLL writes track_with as one name
         if isinstance(data, dict) and isinstance(data.get("track_with"), str):
             data = {**data, "track_with": [data["track_with"]]}
+        return _group_size_from_rlvr(data)
+
+
+def _group_size_from_rlvr(data: Any) -> Any:
+    """``num_return_sequences_in_group`` (ROLL's RLVR name for the group size), when
+    above 1, sets ``train_env_manager.group_size``, which must then be left at its
+    default or agree."""
+    size = data.get("num_return_sequences_in_group", 1) if isinstance(data, dict) else 1
+    if not isinstance(size, int) or size <= 1:
         return data
+    manager = data.get("train_env_manager") or {}
+    if not isinstance(manager, dict):
+        return data
+    default = EnvManagerSection.model_fields["group_size"].default
+    given = manager.get("group_size", default)
+    if given not in (size, default):
+        raise ConfigError(
+            f"num_return_sequences_in_group={size} is the group size, but "
+            f"train_env_manager.group_size={given}: set one of them"
+        )
+    return {**data, "train_env_manager": {**manager, "group_size": size}}
 
 
 # Keys known from ROLL, not implemented yet ---------------------------------------------
@@ -372,12 +394,8 @@ _RAY = "roles are sized by device_mapping (one rank per device; num_gpus_per_wor
 NOT_YET: dict[str, str] = {
     "local_rank": "it is set by a launcher; agentgym runs one process",
     "async_generation_ratio": "async generation is not supported yet; use 0 (synchronous)",
-    "generate_opt_level": "generation always schedules per request (level 1)",
-    "is_num_return_sequences_expand": "use train_env_manager.group_size for the group",
-    "num_return_sequences_in_group": "use train_env_manager.group_size (the GRPO group size)",
-    "max_running_requests": "use generation.max_batch_size (requests in flight per engine)",
-    "is_use_additional_prompts": "over-provisioned prompts are not supported yet",
-    "max_additional_running_prompts": "over-provisioned prompts are not supported yet",
+    "generate_opt_level": "level 0 (one lockstep batch per turn) is not built; level 1 "
+    "schedules each request as its episode needs it (the same samples, sooner)",
     "add_len_reward": "ROLL declares add_len_reward but no version of its code reads it, so "
     "there is no behaviour to reproduce; shape rewards in the env instead",
     "difficulty_loss_weight": "envs report no per-sample difficulty to weigh by yet",
@@ -457,7 +475,16 @@ def _check_training(config: TrainConfig) -> None:
         )
 
 
+def _check_scheduling(config: TrainConfig) -> None:
+    if config.is_use_additional_prompts and not config.max_additional_running_prompts:
+        raise ConfigError(
+            "is_use_additional_prompts=true starts max_additional_running_prompts extra groups "
+            "beyond the batch, but max_additional_running_prompts=0: set it >= 1"
+        )
+
+
 def _check_relations(config: TrainConfig) -> None:
+    _check_scheduling(config)
     val = config.val_env_manager
     if val.env_groups * val.group_size != config.val_batch_size:
         raise ConfigError(
@@ -670,6 +697,8 @@ def known_paths() -> list[str]:
                 walk(annotation, path + ".")
 
     walk(TrainConfig, "")
+    for manager in ("train_env_manager", "val_env_manager"):  # ROLL's spellings
+        paths += [f"{manager}.{alias}" for alias in MANAGER_ALIASES]
     return paths
 
 

@@ -129,6 +129,11 @@ class EnvManager:
         max_env_num_per_worker: Envs per env worker (each served by its own
             thread); None puts one worker on each of the cluster's nodes.
             Only with a cluster.
+        additional_groups: Groups started each round beyond ``env_groups``
+            (ROLL's ``max_additional_running_prompts``): their envs are built
+            too, and :func:`~agentgym.rollout.loop.collect` keeps the first
+            ``env_groups`` groups of each round's worth that complete. Extra
+            group ``k`` plays tag ``tags`` of batch group ``k % env_groups``.
 
     Raises:
         ValueError: On an unknown tag, sizes below 1, ``n_groups`` that
@@ -152,7 +157,10 @@ class EnvManager:
         render_mode: str | None = None,
         cluster: Cluster | None = None,
         max_env_num_per_worker: int | None = None,
+        additional_groups: int = 0,
     ) -> None:
+        if additional_groups < 0:
+            raise ValueError(f"additional_groups must be >= 0, got {additional_groups}")
         for key, value in [
             ("env_groups", env_groups),
             ("group_size", group_size),
@@ -186,21 +194,23 @@ class EnvManager:
         self.fixed_seeds = fixed_seeds
         self.group_size = group_size
         self.max_traj_per_env = max_traj_per_env
+        self.batch_groups = env_groups
+        self.additional_groups = additional_groups
         self.cursor = 0
-        self.group_tags: list[str] = []
+        batch_tags = [tag for tag, count in zip(tags, n_groups, strict=True) for _ in range(count)]
+        self.group_tags = batch_tags + [
+            batch_tags[k % env_groups] for k in range(additional_groups)
+        ]
         builds: list[EnvBuild] = []
         places: list[tuple[str, int]] = []  # (tag, group index) of each env
-        for tag, count in zip(tags, n_groups, strict=True):
+        for group_index, tag in enumerate(self.group_tags):
             config = configs.get(tag, EnvConfig(tag))
             kwargs = dict(config.kwargs)
             if format_penalty is not None:
                 kwargs["format_penalty"] = format_penalty
-            for _ in range(count):
-                group_index = len(self.group_tags)
-                self.group_tags.append(tag)
-                for _ in range(group_size):
-                    builds.append(EnvBuild(config.name, kwargs, render_mode))
-                    places.append((tag, group_index))
+            for _ in range(group_size):
+                builds.append(EnvBuild(config.name, kwargs, render_mode))
+                places.append((tag, group_index))
         self.workers: list[WorkerHandle] = []
         homes: Sequence[TextEnv | WorkerEnv]
         if cluster is None:
@@ -243,8 +253,13 @@ class EnvManager:
 
     @property
     def num_groups(self) -> int:
-        """Groups per round."""
+        """Groups started per round (``env_groups`` plus ``additional_groups``)."""
         return len(self.group_tags)
+
+    @property
+    def batch_size(self) -> int:
+        """Trajectories a batch holds: ``env_groups × group_size × max_traj_per_env``."""
+        return self.batch_groups * self.group_size * self.max_traj_per_env
 
     def assignments(self) -> list[list[Assignment]]:
         """The next batch of episodes: for each env, its episodes in order.

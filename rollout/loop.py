@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import re
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -24,9 +24,11 @@ from agentgym.rollout.backends.base import GenerationBackend, SamplingParams
 from agentgym.rollout.chat import PREFIX_CHECK_MODES, ChatTokenizer, Message, report_drift
 from agentgym.rollout.env_manager import Assignment, EnvManager
 from agentgym.rollout.metrics import rollout_metrics
+from agentgym.rollout.scheduling import BatchCloser
 from agentgym.rollout.workers import EnvClient, EnvLostError
 from agentgym.trajectory import SAMPLE_MODES, Trajectory, Turn
 
+_T = TypeVar("_T")
 _THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL | re.IGNORECASE)
 
 
@@ -107,12 +109,22 @@ async def collect(
     Returns:
         The trajectories and their metrics. A trajectory whose env or
         generation raised ends with ``env_error``/``generation_error`` and
-        keeps the turns it had; the batch always completes.
+        keeps the turns it had; the batch always completes. With the
+        manager's ``additional_groups``, the batch is the first
+        ``manager.batch_groups × max_traj_per_env`` groups to complete; the
+        episodes still running then are cancelled (``scheduling/cancelled_episodes``)
+        and the finished ones of other groups left out (``scheduling/dropped_episodes``).
     """
     stop = tuple(sorted(set(config.sampling.stop_token_ids) | chat.end_of_turn_ids))
     config = replace(config, sampling=replace(config.sampling, stop_token_ids=stop))
     pool = ThreadPoolExecutor(max_workers=config.env_workers, thread_name_prefix="agentgym-env")
     runner = _EpisodeRunner(backend, chat, config, policy_version)
+    closer = (
+        BatchCloser(manager.batch_groups * manager.max_traj_per_env, manager.group_size)
+        if manager.additional_groups
+        else None
+    )
+    complete = asyncio.Event()
 
     async def run_env(episodes: Sequence[Assignment], env: EnvClient) -> list[Trajectory]:
         finished = []
@@ -121,22 +133,53 @@ async def collect(
             if on_trajectory is not None:
                 on_trajectory(trajectory)
             finished.append(trajectory)
+            if closer is not None and closer.add(trajectory):
+                complete.set()
         return finished
 
+    assignments = manager.assignments()
     try:
-        per_env = await asyncio.gather(
-            *(
-                run_env(episodes, env)
-                for episodes, env in zip(manager.assignments(), manager.clients(pool), strict=True)
+        if closer is None:
+            per_env = await asyncio.gather(
+                *(
+                    run_env(episodes, env)
+                    for episodes, env in zip(assignments, manager.clients(pool), strict=True)
+                )
             )
-        )
+            trajectories = [t for env_trajectories in per_env for t in env_trajectories]
+        else:
+            tasks = [
+                asyncio.ensure_future(run_env(episodes, env))
+                for episodes, env in zip(assignments, manager.clients(pool), strict=True)
+            ]
+            await _first_of(asyncio.gather(*tasks), complete.wait())
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            # an env call runs to its end, so the next reset does not race a step
+            await asyncio.gather(*runner.env_calls, return_exceptions=True)
+            trajectories = closer.batch()
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-    trajectories = sorted(
-        (t for env_trajectories in per_env for t in env_trajectories),
-        key=lambda t: (t.group_id, t.env_index),
-    )
-    return RolloutResult(trajectories, rollout_metrics(trajectories))
+    trajectories.sort(key=lambda t: (t.group_id, t.env_index))
+    metrics = rollout_metrics(trajectories)
+    if closer is not None:
+        episodes = sum(len(episodes) for episodes in assignments)
+        metrics["scheduling/cancelled_episodes"] = float(episodes - closer.finished)
+        metrics["scheduling/dropped_episodes"] = float(closer.finished - len(trajectories))
+    return RolloutResult(trajectories, metrics)
+
+
+async def _first_of(*awaitables: Awaitable[Any]) -> None:
+    """Wait until one of ``awaitables`` is done (raising its error); cancel the others."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+    for task in done:
+        task.result()
 
 
 class _EpisodeRunner:
@@ -151,6 +194,15 @@ class _EpisodeRunner:
         self.chat = chat
         self.config = config
         self.policy_version = policy_version
+        self.env_calls: set[asyncio.Future[Any]] = set()
+
+    async def _env_call(self, call: Awaitable[_T]) -> _T:
+        """Await an env's reset or step; a cancelled episode leaves the call running to
+        its end (tracked in :attr:`env_calls`), since a thread cannot be interrupted."""
+        future = asyncio.ensure_future(call)
+        self.env_calls.add(future)
+        future.add_done_callback(self.env_calls.discard)
+        return await asyncio.shield(future)
 
     def _frames(self, env: EnvClient) -> bool:
         return self.config.record_frames and env.render_mode == "rgb_array"
@@ -166,7 +218,7 @@ class _EpisodeRunner:
             policy_version=self.policy_version,
         )
         try:
-            start = await env.reset(assignment.seed, frame=self._frames(env))
+            start = await self._env_call(env.reset(assignment.seed, frame=self._frames(env)))
         except Exception:
             trajectory.termination_reason = "env_error"
             trajectory.error = traceback.format_exc(limit=-8)
@@ -237,7 +289,7 @@ class _EpisodeRunner:
             responses[len(messages) - 1] = turn.response_ids
             history = prompt + turn.response_ids
             try:
-                outcome = await env.step(text, frame=self._frames(env))
+                outcome = await self._env_call(env.step(text, frame=self._frames(env)))
             except Exception:
                 trajectory.termination_reason = "env_error"
                 trajectory.error = traceback.format_exc(limit=-8)

@@ -165,6 +165,8 @@ class Router:
         backends: The engines (engine actors' clients, or in-process backends).
         bucket_bytes: Bytes per weight bucket.
         share: How a bucket is shared among the engines (see :func:`sync_weights`).
+        max_running_requests: Requests in flight to each engine at most (ROLL's
+            key); a request waits while every engine is full. None: no cap.
 
     Attributes:
         outstanding: Requests in flight, per engine.
@@ -179,9 +181,12 @@ class Router:
         *,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         share: Callable[[WeightBucket], Any] | None = None,
+        max_running_requests: int | None = None,
     ) -> None:
         if not backends:
             raise ValueError("a Router needs at least one backend")
+        if max_running_requests is not None and max_running_requests < 1:
+            raise ValueError(f"max_running_requests must be >= 1, got {max_running_requests}")
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
         self.backends = list(backends)
@@ -191,6 +196,8 @@ class Router:
         self.served = [0] * len(self.backends)
         self.last_sync: WeightSyncStats | None = None
         self._syncing: asyncio.Future[None] | None = None
+        self.max_running_requests = max_running_requests
+        self._freed: asyncio.Future[None] | None = None
 
     def pick(self) -> int:
         """The engine with the fewest requests in flight (the lowest index on ties)."""
@@ -199,16 +206,26 @@ class Router:
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, *, env: TextEnv | None = None
     ) -> Generation:
-        """Generate on the least busy engine (after a weight sync in progress)."""
+        """Generate on the least busy engine (after a weight sync in progress; while
+        every engine has ``max_running_requests`` in flight, when one frees a place)."""
         while self._syncing is not None:
             await asyncio.shield(self._syncing)
         index = self.pick()
+        cap = self.max_running_requests
+        while cap is not None and self.outstanding[index] >= cap:  # every engine is full
+            if self._freed is None:
+                self._freed = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._freed)
+            index = self.pick()
         self.outstanding[index] += 1
         self.served[index] += 1
         try:
             return await self.backends[index].generate(prompt_ids, params, env=env)
         finally:
             self.outstanding[index] -= 1
+            if self._freed is not None:
+                self._freed.set_result(None)
+                self._freed = None
 
     async def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Send ``weights`` to every engine, in buckets when all of them can load buckets
