@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import agentgym
 from agentgym.errors import ConfigError, did_you_mean
+from agentgym.roll_config import from_roll, is_roll_config
 from agentgym.schema import OPEN_MAPPINGS, TrainConfig, known_paths, validate
 
 CONFIG_GROUPS = ("env", "model", "generation", "strategy", "tracker")
@@ -87,6 +88,11 @@ def check(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any]]:
         resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     except Exception as error:  # an interpolation that does not resolve
         raise ConfigError(f"the config does not resolve: {error}") from None
+    if is_roll_config(resolved):  # one of ROLL's agentic files (--config-path/--config-name)
+        translation = from_roll(resolved)
+        for note in translation.notes:
+            print(f"ROLL config: {note}", flush=True)
+        resolved = translation.config
     return validate(resolved), resolved
 
 

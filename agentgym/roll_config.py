@@ -1,0 +1,273 @@
+"""ROLL's agentic YAML files, read as agentgym configs.
+
+``python -m agentgym.train --config-path <ROLL's examples folder> --config-name
+<file>`` composes ROLL's file and its ``defaults:`` with Hydra. A config that
+carries ROLL's env keys (``custom_envs``, ``env_manager_cls``) is translated
+here before the schema checks it: each tag of the env managers gets its
+``custom_envs`` entry as an agentgym env config (``env_type`` → the env,
+``env_config`` → its arguments, ``action_pattern`` → its response format),
+the env manager class gives the rollout mode, the per-env token budget the
+generation budget, and the keys ROLL's agentic pipeline declares but does not
+use here (a reward model, the checkpoint store, data templates) are dropped
+with a note. What has no meaning here is an error that names the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentgym.errors import ConfigError, did_you_mean
+
+MARKERS = ("custom_envs", "custom_env", "env_manager_cls")
+"""Top-level keys only ROLL's agentic configs have."""
+
+ENV_TYPES = {"sokoban": "sokoban", "frozen_lake": "frozen_lake", "webshop": "webshop"}
+"""ROLL's ``env_type`` → the agentgym env that plays it."""
+
+ENV_MANAGERS = {"TrajEnvManager": "trajectory", "StepEnvManager": "step"}
+"""ROLL's env manager classes (by class name) → ``rollout_mode``."""
+
+ACTION_PATTERNS = {
+    r"<answer>(.*?)</answer>": "answer",
+    r"<think>(.*?)</think>\s*<answer>(.*?)</answer>": "think_answer",
+}
+"""ROLL's ``action_pattern`` regexes → the envs' ``response_format``."""
+
+GROUPINGS = {"traj_group_id": "state", "tags": "inductive", "batch": "batch"}
+"""ROLL's ``reward_normalization.grouping`` → ours."""
+
+TEMPLATE_KEYS = (
+    "custom_env",
+    "custom_envs",
+    "env_manager_cls",
+    "agent_runner_cls",
+    "all_response_pattern",
+    "action_pattern",
+    "think_action_pattern",
+    "max_tokens_per_step",
+    "max_actions_per_traj",
+    "sokoban_format_penalty",
+    "frozen_format_penalty",
+    "agent_system_template",
+    "agent_template",
+    "single_prompt_agent_system_template",
+    "single_prompt_agent_template",
+)
+"""Top-level keys of ROLL's env files, read through ``custom_envs`` (then dropped)."""
+
+UNSUPPORTED_ENV_KEYS = {
+    "grid_lookup": "the Sokoban env renders its own symbols; a custom grid vocabulary is not "
+    "supported",
+    "grid_vocab": "the Sokoban env renders its own symbols; a custom grid vocabulary is not "
+    "supported",
+    "env_instruction": "each env writes its own instructions",
+}
+
+DROPPED = {
+    "checkpoint_config": "checkpoints go to output_dir/checkpoints",
+    "reward_pretrain": "the envs give the rewards (ROLL's agentic pipeline loads no reward model)",
+}
+
+
+@dataclass(frozen=True)
+class Translation:
+    """A ROLL config in agentgym's keys.
+
+    Attributes:
+        config: The config for :func:`agentgym.schema.validate`.
+        notes: What was mapped or dropped, one line each (printed at the start).
+    """
+
+    config: dict[str, Any]
+    notes: list[str]
+
+
+def is_roll_config(raw: Mapping[str, Any]) -> bool:
+    """Whether ``raw`` is one of ROLL's agentic configs (it has ROLL's env keys)."""
+    return any(key in raw for key in MARKERS)
+
+
+def from_roll(raw: Mapping[str, Any]) -> Translation:
+    """Translate a composed, resolved ROLL agentic config.
+
+    Raises:
+        ConfigError: On a tag that ``custom_envs`` does not define, an ``env_type``,
+            env manager class, ``action_pattern`` or env key with no counterpart here,
+            or train tags that ask for different rollout modes.
+    """
+    data = copy.deepcopy(dict(raw))
+    notes: list[str] = []
+    custom = data.get("custom_envs") or {}
+    modes: dict[str, str] = {}
+    budgets: list[int] = []
+    for section in ("train_env_manager", "val_env_manager"):
+        manager = data.get(section)
+        if not isinstance(manager, dict):
+            continue
+        env_configs = dict(manager.get("env_configs") or {})
+        for tag in manager.get("tags", []):
+            if tag in env_configs:
+                continue
+            if tag not in custom:
+                raise ConfigError(
+                    f"{section}.tags names {tag!r}, which custom_envs does not define."
+                    f"{did_you_mean(tag, list(custom))}"
+                )
+            env_configs[tag], mode, budget = _env(tag, custom[tag])
+            if mode is not None:
+                modes[f"{section} {tag}"] = mode
+            if budget is not None:
+                budgets.append(budget)
+        if env_configs:
+            manager["env_configs"] = env_configs
+        _manager_generating_args(data, section, manager, notes)
+    for key in TEMPLATE_KEYS:
+        data.pop(key, None)
+    _mode(data, modes, notes)
+    _budget(data, budgets, notes)
+    _roles(data, notes)
+    grouping = (data.get("reward_normalization") or {}).get("grouping")
+    if grouping in GROUPINGS:
+        data["reward_normalization"]["grouping"] = GROUPINGS[grouping]
+    for key, why in DROPPED.items():
+        if data.pop(key, None) is not None:
+            notes.append(f"{key} dropped: {why}")
+    return Translation(data, notes)
+
+
+def _env(tag: str, entry: Any) -> tuple[dict[str, Any], str | None, int | None]:
+    """One ``custom_envs`` entry → (our env config, its rollout mode, its token budget)."""
+    if not isinstance(entry, Mapping) or "env_type" not in entry:
+        raise ConfigError(f"custom_envs.{tag} must be a mapping with an env_type, got {entry!r}")
+    env_type = entry["env_type"]
+    if env_type not in ENV_TYPES:
+        raise ConfigError(
+            f"custom_envs.{tag}.env_type={env_type!r} has no agentgym env; known: "
+            f"{sorted(ENV_TYPES)}.{did_you_mean(str(env_type), list(ENV_TYPES))}"
+        )
+    kwargs = dict(entry.get("env_config") or {})
+    for key, why in UNSUPPORTED_ENV_KEYS.items():
+        if key in kwargs:
+            raise ConfigError(f"custom_envs.{tag}.env_config.{key} is not supported: {why}")
+    pattern = kwargs.pop("action_pattern", None)
+    if pattern is not None:
+        if pattern not in ACTION_PATTERNS:
+            raise ConfigError(
+                f"custom_envs.{tag}.env_config.action_pattern={pattern!r} has no response "
+                f"format here; known patterns: {list(ACTION_PATTERNS)}"
+            )
+        kwargs["response_format"] = ACTION_PATTERNS[pattern]
+    mode = None
+    manager_cls = entry.get("env_manager_cls")
+    if manager_cls:
+        name = str(manager_cls).rsplit(".", 1)[-1]
+        if name not in ENV_MANAGERS:
+            raise ConfigError(
+                f"custom_envs.{tag}.env_manager_cls={manager_cls!r} has no rollout mode here; "
+                f"known: {sorted(ENV_MANAGERS)} (trajectory and step samples)"
+            )
+        mode = ENV_MANAGERS[name]
+    if entry.get("agent_runner_cls"):
+        raise ConfigError(
+            f"custom_envs.{tag}.agent_runner_cls={entry['agent_runner_cls']!r}: custom agent "
+            "runners are not supported; the rollout loop drives every env"
+        )
+    budget = entry.get("max_tokens_per_step")
+    return {"name": ENV_TYPES[env_type], "kwargs": kwargs}, mode, budget
+
+
+def _manager_generating_args(
+    data: dict[str, Any], section: str, manager: dict[str, Any], notes: list[str]
+) -> None:
+    """ROLL's per-manager ``generating_args``: train's are actor_infer's, val's temperature
+    is the validation temperature."""
+    args = manager.pop("generating_args", None)
+    if not args:
+        return
+    if section == "train_env_manager":
+        infer = data.setdefault("actor_infer", {}).setdefault("generating_args", {})
+        infer.update(args)
+        notes.append("train_env_manager.generating_args → actor_infer.generating_args")
+    elif "temperature" in args:
+        data.setdefault("validation", {})["temperature"] = args["temperature"]
+        notes.append(
+            f"val_env_manager.generating_args.temperature={args['temperature']} → "
+            "validation.temperature (its other sampling keys are actor_infer's)"
+        )
+
+
+def _mode(data: dict[str, Any], modes: dict[str, str], notes: list[str]) -> None:
+    train = {where: mode for where, mode in modes.items() if where.startswith("train")}
+    if len(set(train.values())) > 1:
+        raise ConfigError(
+            f"the train tags ask for different rollout modes ({train}); one run has one mode"
+        )
+    if not train:
+        return
+    mode = next(iter(train.values()))
+    data.setdefault("rollout_mode", mode)
+    if data["rollout_mode"] != mode:
+        raise ConfigError(
+            f"rollout_mode={data['rollout_mode']!r}, but the train tags' env_manager_cls "
+            f"asks for {mode!r}"
+        )
+    notes.append(f"env_manager_cls → rollout_mode={mode}")
+    if data.get("adv_estimator", "grpo") != "gigpo" and "step_advantage_weight" not in data:
+        data["step_advantage_weight"] = 0.0  # ROLL adds GiGPO's step term only for gigpo
+
+
+def _budget(data: dict[str, Any], budgets: list[int], notes: list[str]) -> None:
+    """The env's ``max_tokens_per_step`` bounds each turn's response, as in ROLL."""
+    if not budgets:
+        return
+    args = data.setdefault("actor_infer", {}).setdefault("generating_args", {})
+    budget = min(budgets)
+    if budget < args.get("max_new_tokens", budget + 1):
+        args["max_new_tokens"] = budget
+        notes.append(f"max_tokens_per_step={budget} → actor_infer.generating_args.max_new_tokens")
+
+
+def _roles(data: dict[str, Any], notes: list[str]) -> None:
+    for name in ("actor_train", "actor_infer", "critic", "reference"):
+        role = data.get(name)
+        if not isinstance(role, dict):
+            continue
+        model_args = role.get("model_args") or {}
+        if model_args.get("model_type", None) is not None:
+            raise ConfigError(
+                f"{name}.model_args.model_type={model_args['model_type']!r}: the model type "
+                "comes from the model folder's config.json"
+            )
+        model_args.pop("model_type", None)
+        if model_args.get("attn_implementation") == "fa2":
+            model_args["attn_implementation"] = _flash_attention()
+            notes.append(f"{name}.model_args.attn_implementation=fa2 → {_flash_attention()}")
+        template = (role.get("data_args") or {}).pop("template", None)
+        if template is not None:
+            notes.append(
+                f"{name}.data_args.template={template} dropped: the tokenizer's chat "
+                "template renders the conversation"
+            )
+        if role.get("infer_batch_size") is not None:
+            notes.append(
+                f"{name}.infer_batch_size dropped: inference micro-batches are "
+                "per_device_train_batch_size"
+            )
+            role.pop("infer_batch_size")
+        strategy = role.get("strategy_args")
+        if isinstance(strategy, dict) and strategy.get("strategy_config", {}) is None:
+            strategy["strategy_config"] = {}
+
+
+def _flash_attention() -> str:
+    """ROLL's ``fa2``: flash attention 2 where flash-attn and CUDA are there, else SDPA
+    (the same attention, computed by torch)."""
+    if importlib.util.find_spec("flash_attn") is None:
+        return "sdpa"
+    import torch
+
+    return "flash_attention_2" if torch.cuda.is_available() else "sdpa"
