@@ -64,7 +64,7 @@ def _measure(benchmark: Any, label: str, run: Callable[[], int], rounds: int = 3
     best = turns[0] / benchmark.stats.stats.min
     benchmark.extra_info.update(turns_per_second=best, process_cpu_ms_per_turn=1000 * cpu)
     print(
-        f"\n{label}: {best:.0f} env-turns/s (best of {rounds}), process CPU "
+        f"\n{label}: {best:.1f} env-turns/s (best of {rounds}), process CPU "
         f"{1000 * cpu:.2f} ms/turn, load average {os.getloadavg()[0]:.1f}"
     )
 
@@ -76,13 +76,23 @@ def _rollout(rollout: Rollout, benchmark: Any, label: str) -> None:
         rollout.manager.close()
 
 
+TOOL_COSTS = {
+    "10 ms": {},  # primes below ~10,000 per call
+    "40 ms": {"low": 24_000, "high": 26_000},
+}
+"""Tool call cost -> the env's kwargs (the count's range sets the work of a call)."""
+
+
 @pytest.mark.parametrize("place", PLACES)
-def test_cpu_bound_tool_env(benchmark: Any, request: pytest.FixtureRequest, place: str) -> None:
-    benchmark.group = "env workers: CPU-bound tool env (64 envs x 4 episodes)"
+@pytest.mark.parametrize("cost", list(TOOL_COSTS))
+def test_cpu_bound_tool_env(
+    benchmark: Any, request: pytest.FixtureRequest, place: str, cost: str
+) -> None:
+    benchmark.group = f"env workers: CPU-bound tool env, {cost} a call (64 envs x 4 episodes)"
     rollout = solver_rollout(
-        "prime_tool", {}, envs=64, episodes_per_env=4, cluster=_place(request, place)
+        "prime_tool", TOOL_COSTS[cost], envs=64, episodes_per_env=4, cluster=_place(request, place)
     )
-    _rollout(rollout, benchmark, f"prime tool env, {place}")
+    _rollout(rollout, benchmark, f"prime tool env ({cost} a call), {place}")
 
 
 @pytest.mark.parametrize("place", PLACES)
