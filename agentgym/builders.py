@@ -351,9 +351,8 @@ def _build_parts(
     from transformers import AutoTokenizer
 
     tags = dict.fromkeys([*config.train_env_manager.tags, *config.val_env_manager.tags])
-    envs = env_versions(
-        [dict(config.train_env_manager.env_configs).get(tag, {}).get("name", tag) for tag in tags]
-    )
+    configs = {**config.val_env_manager.env_configs, **config.train_env_manager.env_configs}
+    envs = env_versions([configs.get(tag, {}).get("name", tag) for tag in tags])
     strategy = policy_strategy(config, path, needs_reference=grpo.needs_reference, cluster=workers)
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
