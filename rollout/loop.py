@@ -152,12 +152,14 @@ async def collect(
                 asyncio.ensure_future(run_env(episodes, env))
                 for episodes, env in zip(assignments, manager.clients(pool), strict=True)
             ]
-            await _first_of(asyncio.gather(*tasks), complete.wait())
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            # an env call runs to its end, so the next reset does not race a step
-            await asyncio.gather(*runner.env_calls, return_exceptions=True)
+            try:
+                await _until(complete, tasks)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                # an env call runs to its end, so the next reset does not race a step
+                await asyncio.gather(*runner.env_calls, return_exceptions=True)
             trajectories = closer.batch()
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -170,16 +172,18 @@ async def collect(
     return RolloutResult(trajectories, metrics)
 
 
-async def _first_of(*awaitables: Awaitable[Any]) -> None:
-    """Wait until one of ``awaitables`` is done (raising its error); cancel the others."""
-    tasks = [asyncio.ensure_future(a) for a in awaitables]
+async def _until(complete: asyncio.Event, tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Wait until ``complete`` is set or every task is done (raising a task's error)."""
+    waiter = asyncio.ensure_future(complete.wait())
+    pending = set(tasks)
     try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        while pending and not complete.is_set():
+            done, _ = await asyncio.wait({*pending, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            pending -= done
+            for task in done - {waiter}:
+                task.result()
     finally:
-        for task in tasks:
-            task.cancel()
-    for task in done:
-        task.result()
+        waiter.cancel()
 
 
 class _EpisodeRunner:

@@ -118,3 +118,26 @@ def test_a_roll_yaml_trains_two_steps(tmp_path: Path, tiny_model_dir: Path) -> N
         line["train/all/trajectories"] == 4.0 for line in lines if "train/all/trajectories" in line
     )
     assert (output / "checkpoints").is_dir()
+
+
+def test_extra_prompts_run_through_the_recipe(tmp_path: Path, tiny_model_dir: Path) -> None:
+    output = tmp_path / "run"
+    result = run_python(
+        [
+            "-m", "agentgym.train", "--config-path", str(ROLL_DIR),
+            "--config-name", "agentic_sokoban", f"pretrain={tiny_model_dir}",
+            f"output_dir={output}", f"logging_dir={output}/logs", "eval_steps=0",
+            "++is_use_additional_prompts=true", "++max_additional_running_prompts=1",
+            "++max_running_requests=2",
+        ],
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    lines = [json.loads(line) for line in (output / "logs" / "metrics.jsonl").open()]
+    train = [line for line in lines if "train/all/trajectories" in line]
+    assert [line["step"] for line in train] == [1, 2]
+    for line in train:
+        assert line["train/all/trajectories"] == 4.0  # 2 groups of 2 kept
+        # 3 groups of 2 started: the one left out was cancelled or dropped
+        left_out = line["train/scheduling/cancelled_episodes"]
+        assert left_out + line["train/scheduling/dropped_episodes"] == 2.0
