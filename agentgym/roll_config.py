@@ -10,6 +10,23 @@ the env manager class gives the rollout mode, the per-env token budget the
 generation budget, and the keys ROLL's agentic pipeline declares but does not
 use here (a reward model, the checkpoint store, data templates) are dropped
 with a note. What has no meaning here is an error that names the key.
+
+ROLL's examples (``examples/qwen2.5-0.5B-agentic/agentic_val_sokoban.yaml``,
+``agent_val_frozen_lake.yaml``, ``examples/qwen2.5-7B-agentic_megatron/agentic_val_webshop.yaml``)
+run after ``pretrain`` is pointed at a model folder (``pretrain=null``: the tiny
+model). On a machine without their 8 GPUs they also need::
+
+    ++num_gpus_per_node=0 ++actor_train.device_mapping=null
+    ++actor_infer.device_mapping=null ++reference.device_mapping=null
+    ++actor_train.strategy_args.strategy_name=torch ~actor_train.strategy_args.strategy_config
+    ++actor_infer.strategy_args.strategy_name=hf
+    ++actor_train.training_args.lr_scheduler_type=constant_with_warmup
+    ++tracker_kwargs.log_dir=<a writable folder>
+
+(Megatron and the cosine schedule are not built), and the Sokoban and FrozenLake
+files' validation tags without ``SokobanDifferentGridVocab``. Smaller batches
+(``train_env_manager.num_env_groups=2`` and the like; ROLL's spellings are
+known on the command line) make two steps take seconds.
 """
 
 from __future__ import annotations
