@@ -48,7 +48,7 @@ class WorkerHandle(Protocol):
         Raises:
             RpcTimeoutError: After ``timeout`` seconds (the handle's default when None).
             WorkerDiedError: If the worker's process died.
-            WorkerError: Wrapping any exception the method raised (its traceback attached).
+            Exception: The method's own exception, re-raised with its type.
         """
         ...
 

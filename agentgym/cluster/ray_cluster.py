@@ -23,6 +23,9 @@ from agentgym.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
+NODE_BUNDLE_CPUS = 1.0
+"""CPUs each node's placement group reserves; the actors placed there share them."""
+
 ACTOR_CPUS = 0.01
 """CPU share each actor requests: non-zero so Ray honours its placement, small so
 that many actors fit a 2-core node."""
@@ -58,8 +61,13 @@ class RayHandle:
     def _submit(self, method: str, args: Any, kwargs: Any) -> Any:
         return getattr(self.actor, method).remote(*args, **kwargs)
 
-    def _translate(self, method: str, error: BaseException) -> BaseException:
+    def _translate(self, method: str, error: BaseException, limit: float | None) -> BaseException:
+        """The error a caller sees: a named timeout or death, or the method's own exception."""
         ray = _import_ray()
+        if isinstance(error, TimeoutError | asyncio.TimeoutError | ray.exceptions.GetTimeoutError):
+            return RpcTimeoutError(
+                f"{self.name}.{method} did not answer within rpc_timeout={limit} s"
+            )
         if isinstance(error, ray.exceptions.RayActorError | ray.exceptions.WorkerCrashedError):
             return WorkerDiedError(f"{self.name}.{method}: the worker died ({error})")
         if isinstance(error, ray.exceptions.RayTaskError):
@@ -75,12 +83,8 @@ class RayHandle:
         try:
             ref = self._submit(method, args, kwargs)
             return await asyncio.wait_for(asyncio.wrap_future(ref.future()), limit)
-        except (TimeoutError, asyncio.TimeoutError) as error:
-            raise RpcTimeoutError(
-                f"{self.name}.{method} did not answer within rpc_timeout={limit} s"
-            ) from error
         except Exception as error:
-            translated = self._translate(method, error)
+            translated = self._translate(method, error, limit)
             if translated is error:
                 raise
             raise translated from error
@@ -93,12 +97,8 @@ class RayHandle:
         limit = timeout if timeout is not None else self.rpc_timeout
         try:
             return ray.get(self._submit(method, args, kwargs), timeout=limit)
-        except ray.exceptions.GetTimeoutError as error:
-            raise RpcTimeoutError(
-                f"{self.name}.{method} did not answer within rpc_timeout={limit} s"
-            ) from error
         except Exception as error:
-            translated = self._translate(method, error)
+            translated = self._translate(method, error, limit)
             if translated is error:
                 raise
             raise translated from error
@@ -167,7 +167,7 @@ class RayCluster:
             self.shutdown()
             raise ConfigError(
                 f"only {len(ready)} of {len(pending)} node placement groups were ready after "
-                f"{time.perf_counter() - started:.0f} s: each node needs {ACTOR_CPUS * 100:.0f} "
+                f"{time.perf_counter() - started:.0f} s: each node needs {NODE_BUNDLE_CPUS} "
                 f"CPU and num_gpus_per_node={num_gpus_per_node} GPUs free"
             )
         self.handles: list[RayHandle] = []
@@ -196,7 +196,7 @@ class RayCluster:
     def _node_group(self, ray: Any, node: Mapping[str, Any]) -> Any:
         from ray.util.placement_group import placement_group
 
-        bundle: dict[str, float] = {"CPU": 1.0}
+        bundle: dict[str, float] = {"CPU": NODE_BUNDLE_CPUS}
         if self.num_gpus_per_node:
             bundle["GPU"] = float(self.num_gpus_per_node)
         return placement_group(
