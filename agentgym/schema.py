@@ -37,6 +37,7 @@ from agentgym.models.warmstart import WarmStartSpec
 from agentgym.rollout.backends import BACKENDS, check_backend
 from agentgym.rollout.chat import PREFIX_CHECK_MODES
 from agentgym.trainers.advantages import ADVANTAGE_ESTIMATORS, GROUPINGS, NORMALIZATIONS
+from agentgym.trainers.correction import WEIGHT_TYPES
 from agentgym.trainers.losses import KL_PENALTIES, LOSS_AGG_MODES
 from agentgym.trainers.rewards import REWARD_NORMS, check_reward_options
 from agentgym.trainers.strategies import CRITIC_STRATEGIES, STRATEGIES, UNSUPPORTED_STRATEGIES
@@ -237,6 +238,38 @@ class RewardNormalization(Section):
     method: Choice("reward_normalization.method", NORMALIZATIONS) = "mean_std"  # type: ignore[valid-type]
 
 
+class TrainInferISWeight(Section):
+    """ROLL's ``train_infer_correction.is_weight``: weigh each token's policy loss by
+    π_old/π_engine, truncated at ``upper_bound`` (docs/off_policy.md)."""
+
+    enabled: Bool = False
+    weight_type: Choice("train_infer_correction.is_weight.weight_type", WEIGHT_TYPES) = "token"  # type: ignore[valid-type]
+    upper_bound: PositiveFloat | None = 1.2
+    detach: Bool = True
+
+
+class TrainInferFilter(Section):
+    """One of ROLL's ``train_infer_correction.filters``: generated tokens (or whole
+    turns/sequences, by ``agg_type``) whose ratio or probability difference leaves
+    the bounds leave the loss mask."""
+
+    enabled: Bool = False
+    agg_type: Choice("train_infer_correction.filters.agg_type", WEIGHT_TYPES) = "token"  # type: ignore[valid-type]
+    ratio_enabled: Bool = True
+    ratio_low: NonNegativeFloat = 0.8
+    ratio_high: PositiveFloat = 1.2
+    diff_enabled: Bool = False
+    diff_low: float = -0.2
+    diff_high: float = 0.2
+
+
+class TrainInferCorrection(Section):
+    """ROLL's ``train_infer_correction`` (agentgym.trainers.correction)."""
+
+    is_weight: TrainInferISWeight = TrainInferISWeight()
+    filters: list[TrainInferFilter] = Field(default_factory=list)
+
+
 class Validation(Section):
     temperature: NonNegativeFloat = 1.0
     renders: NonNegativeInt = 4
@@ -345,6 +378,7 @@ class TrainConfig(Section):
     entropy_loss_coef: float = 0.0
     tis_cap: PositiveFloat | None = None
     old_logprobs: Choice("old_logprobs", OLD_LOGPROBS) = "engine"  # type: ignore[valid-type]
+    train_infer_correction: TrainInferCorrection = TrainInferCorrection()
     sft_loss_coef: NonNegativeFloat = 0.0
     rl_loss_coef: NonNegativeFloat = 1.0
     use_topr_loss: Bool = False
@@ -398,7 +432,6 @@ NOT_YET: dict[str, str] = {
     "schedules each request as its episode needs it (the same samples, sooner)",
     "add_len_reward": "ROLL declares add_len_reward but no version of its code reads it, so "
     "there is no behaviour to reproduce; shape rewards in the env instead",
-    "difficulty_loss_weight": "envs report no per-sample difficulty to weigh by yet",
     "l2": "ROLL declares l2 ('L2 regularization') but no version of its code reads it; "
     "use actor_train.training_args.weight_decay (or critic.training_args.weight_decay)",
     "prompt_length": "multi-turn rollouts bound prompt + responses with sequence_length",
@@ -407,6 +440,8 @@ NOT_YET: dict[str, str] = {
     "reward_pretrain": "reward models are not supported; envs give the rewards",
     "train_env_manager.worker_cls": "env workers in their own processes come with Ray",
     "val_env_manager.worker_cls": "env workers in their own processes come with Ray",
+    "train_infer_correction.is_weight.detach": "the weights never carry a gradient "
+    "(importance weights change the measure, not the objective)",
 }
 for _role in ("actor_train", "actor_infer", "critic", "reference"):
     NOT_YET |= {
@@ -466,6 +501,26 @@ def _check_training(config: TrainConfig) -> None:
         raise ConfigError(
             f"step_advantage_weight={config.step_advantage_weight} (GiGPO) needs one sample per "
             f"turn: set rollout_mode=step (it is {config.rollout_mode!r})"
+        )
+    correction = config.train_infer_correction
+    if correction.is_weight.enabled and config.tis_cap is not None:
+        raise ConfigError(
+            f"tis_cap={config.tis_cap} is token importance weights truncated at it, and so is "
+            "train_infer_correction.is_weight: set one of them (is_weight.upper_bound is the cap)"
+        )
+    for index, rule in enumerate(correction.filters):
+        if rule.ratio_low > rule.ratio_high or rule.diff_low > rule.diff_high:
+            raise ConfigError(
+                f"train_infer_correction.filters[{index}] keeps nothing: ratio_low="
+                f"{rule.ratio_low} > ratio_high={rule.ratio_high} or diff_low={rule.diff_low} "
+                f"> diff_high={rule.diff_high}; swap the bounds"
+            )
+    corrects = correction.is_weight.enabled or any(rule.enabled for rule in correction.filters)
+    if corrects and config.old_logprobs != "trainer":
+        raise ConfigError(
+            "train_infer_correction weighs and filters by π_old/π_engine, which needs π_old "
+            "recomputed by the trainer: set old_logprobs=trainer (it is "
+            f"{config.old_logprobs!r}: the engine's logprobs are π_old, the bypass mode)"
         )
     if config.tis_cap is not None and config.old_logprobs != "trainer":
         raise ConfigError(

@@ -45,7 +45,7 @@ from agentgym.trainers.checkpoint import (
 )
 from agentgym.trainers.gae import gae_advantages, value_loss
 from agentgym.trainers.kl_control import KLController, current_kl, make_kl_controller
-from agentgym.trainers.loss_terms import mix_losses, sample_weights, sft_loss
+from agentgym.trainers.loss_terms import group_difficulty, mix_losses, sample_weights, sft_loss
 from agentgym.trainers.losses import (
     POLICY_LOSS_REDUCE,
     aggregate_loss,
@@ -134,6 +134,7 @@ class GRPOConfig:
     rl_loss_coef: float
     use_topr_loss: bool
     length_loss_weight: bool
+    difficulty_loss_weight: bool
     critic_warmup: int
     value_clip: float | None
     critic_micro_batch_size: int
@@ -513,8 +514,13 @@ def update_policy(
     chunks = minibatches(config, batch, step)
     updates = MetricReducer()
     for chunk in progress(chunks, f"step {step} update", enabled=sys.stderr.isatty()):
-        if config.length_loss_weight:  # over the mini-batch, so micro-batches split it exactly
-            chunk.sample_weights = sample_weights(chunk.loss_mask, length_loss_weight=True)
+        if config.length_loss_weight or config.difficulty_loss_weight:  # over the mini-batch
+            chunk.sample_weights = sample_weights(
+                chunk.loss_mask,
+                difficulty=group_difficulty(batch.scores, batch.group_ids, of=chunk.group_ids),
+                difficulty_loss_weight=config.difficulty_loss_weight,
+                length_loss_weight=config.length_loss_weight,
+            )
         loss = PolicyLoss(
             config,
             num_tokens=chunk.loss_mask.sum().clamp(min=1),
@@ -541,7 +547,7 @@ class PolicyLoss:
         rl_loss_coef * (pg + kl_loss_coef * kl) + sft_loss_coef * sft - entropy_loss_coef * entropy
 
     where ``pg`` weighs each sample by ``batch.sample_weights`` when set
-    (``length_loss_weight``) and ``sft`` is
+    (``length_loss_weight``, ``difficulty_loss_weight``) and ``sft`` is
     :func:`~agentgym.trainers.loss_terms.sft_loss` (TOPR's with ``use_topr_loss``).
 
     ``num_tokens``/``num_seqs`` are the mini-batch's counts, so each micro-batch's

@@ -23,7 +23,11 @@ ROLL's keys and where their semantics come from:
   no gradient through it. ROLL (and we) use the per-token ratio; the paper
   writes the sequence ratio ``pi(y)/mu(y)``.
 - ``difficulty_loss_weight`` / ``length_loss_weight``: ROLL's
-  ``ActorWorker.compute_sample_weights``.
+  ``ActorWorker.compute_sample_weights``. ROLL's RLVR data carries each
+  prompt's ``difficulty`` in ``[0, 1]`` (harder is larger); an agentic run has
+  no such field, so here the group (one env seed, ``group_size`` episodes)
+  measures it: :func:`group_difficulty`, the share of the group's samples that
+  failed (score ``<= 0``, ROLL's negative samples).
 """
 
 from __future__ import annotations
@@ -239,6 +243,45 @@ def sample_weights(
     if total > 0:
         weights = weights * (batch / (total + SAMPLE_WEIGHT_EPSILON))
     return weights
+
+
+def group_difficulty(scores: Tensor, group_ids: Tensor, of: Tensor | None = None) -> Tensor:
+    """Each sample's difficulty for ``difficulty_loss_weight``: the share of its
+    group's samples whose score is ``<= 0`` (failed), in ``[0, 1]``.
+
+    A group is the ``group_size`` episodes of one env seed, so this is the
+    prompt's failure rate under the current policy: 0 when every episode of
+    the seed succeeded (weight 0.5), 1 when none did (weight 2). In step mode
+    each turn is a sample and counts once. Measure it on the whole step's batch
+    and ask for the mini-batch's rows with ``of`` (a group may span mini-batches).
+
+    Args:
+        scores: ``[B]`` each sample's score.
+        group_ids: ``[B]`` each sample's group.
+        of: ``[N]`` group ids to answer for, each present in ``group_ids``
+            (None: ``group_ids``).
+
+    Returns:
+        ``[N]`` (``[B]`` without ``of``) float difficulties.
+
+    Raises:
+        ValueError: On mismatched shapes or a group id of ``of`` absent from ``group_ids``.
+    """
+    if scores.dim() != 1 or group_ids.shape != scores.shape:
+        raise ValueError(
+            f"scores and group_ids must both be [B], got {tuple(scores.shape)} and "
+            f"{tuple(group_ids.shape)}"
+        )
+    device = scores.device
+    ids, inverse = torch.unique(group_ids.cpu(), return_inverse=True)  # [G], [B]
+    failed = torch.zeros(len(ids)).index_add_(0, inverse, (scores.cpu() <= 0).float())  # [G]
+    counts = torch.zeros(len(ids)).index_add_(0, inverse, torch.ones(len(inverse)))  # [G]
+    asked = (group_ids if of is None else of).cpu()  # [N]
+    where = torch.searchsorted(ids, asked).clamp(max=max(len(ids) - 1, 0))  # [N]
+    if len(asked) and (len(ids) == 0 or not bool((ids[where] == asked).all())):
+        missing = sorted(set(asked.tolist()) - set(ids.tolist()))
+        raise ValueError(f"group ids {missing} of `of` are not in group_ids")
+    return (failed / counts)[where].to(device)  # [N]
 
 
 def weight_rows(loss: Tensor, weights: Tensor) -> Tensor:

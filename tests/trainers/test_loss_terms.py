@@ -9,6 +9,7 @@ import torch
 from torch.testing import assert_close
 
 from agentgym.trainers.loss_terms import (
+    group_difficulty,
     mix_losses,
     sample_weights,
     sft_loss,
@@ -112,6 +113,16 @@ def test_difficulty_and_length_weights_by_hand() -> None:
 def test_no_weight_option_gives_ones_and_equal_lengths_give_ones() -> None:
     assert_close(sample_weights(LENGTH_MASK), torch.ones(3))
     assert_close(sample_weights(torch.ones(4, 3), length_loss_weight=True), torch.ones(4))
+
+
+def test_group_difficulty_is_the_groups_failure_rate_by_hand() -> None:
+    # group 3: scores 1, -0.5, 0 -> 2 of 3 failed (score <= 0); group 1: 2, 5 -> 0; group 8: -1 -> 1
+    scores = torch.tensor([1.0, -0.5, 2.0, 0.0, 5.0, -1.0])
+    groups = torch.tensor([3, 3, 1, 3, 1, 8])
+    assert_close(group_difficulty(scores, groups), torch.tensor([2 / 3, 2 / 3, 0, 2 / 3, 0, 1]))
+    assert_close(group_difficulty(scores, groups, of=torch.tensor([8, 1])), torch.tensor([1.0, 0]))
+    with pytest.raises(ValueError, match=r"group ids \[5\]"):
+        group_difficulty(scores, groups, of=torch.tensor([3, 5]))
 
 
 def test_difficulty_weight_without_difficulty_raises() -> None:

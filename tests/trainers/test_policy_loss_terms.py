@@ -1,6 +1,7 @@
 """ROLL's extra policy-loss keys through the recipe's PolicyLoss and update_policy,
 against hand-computed values: sft_loss_coef with rl_loss_coef, use_topr_loss,
-length_loss_weight (over the mini-batch) and dual_clip_loss (c = 1 + 2 × pg_clip)."""
+length_loss_weight and difficulty_loss_weight (over the mini-batch, difficulty
+from the group) and dual_clip_loss (c = 1 + 2 × pg_clip)."""
 
 from __future__ import annotations
 
@@ -153,6 +154,42 @@ def test_update_policy_weighs_lengths_over_the_mini_batch_not_the_micro_batch() 
     (micro,) = strategy.steps
     weights = sorted(float(part.sample_weights[0]) for part in micro)  # type: ignore[index]
     assert weights == pytest.approx([0.5, 1.5])
+
+
+def test_update_policy_weighs_difficulty_by_the_whole_groups_failure_rate() -> None:
+    # group 7: scores 1, 0, 0 (2 of 3 failed: difficulty 2/3, weight 0.5 + 1.5 * 2/3 = 1.5);
+    # group 9: scores 2, 3 (none failed: weight 0.5). One row per mini-batch, so each
+    # weight is renormalized to 1 there, unless the mini-batch holds several rows:
+    # mini-batches of 5 rows: weights 1.5, 1.5, 1.5, 0.5, 0.5 (sum 5.5) times 5 / 5.5
+    logprobs = [[0.0, -1.0]] * 5
+    batch = batch_of(logprobs, [[0.0, 1.0]] * 5, [[0, 1]] * 5, [1.0, 0.0, 0.0, 2.0, 3.0])
+    batch.group_ids = torch.tensor([7, 7, 7, 9, 9])
+    config = default_grpo_config(
+        difficulty_loss_weight=True, micro_batch_size=5, gradient_accumulation_steps=1
+    )
+    strategy = OnPolicyStrategy()
+    update_policy(config, strategy, batch, step=1)  # type: ignore[arg-type]
+    ((part,),) = strategy.steps
+    assert part.sample_weights is not None
+    pairs = zip(part.group_ids.tolist(), part.sample_weights.tolist(), strict=True)
+    by_group = dict(pairs)
+    assert by_group == pytest.approx({7: 1.5 * 5 / 5.5, 9: 0.5 * 5 / 5.5})
+    # a mini-batch of two rows of group 7 and one of group 9 still reads group 7's
+    # failure rate over all three of its rows: weights 1.5, 1.5, 0.5 times 3 / 3.5
+    config = default_grpo_config(
+        difficulty_loss_weight=True, micro_batch_size=3, gradient_accumulation_steps=1
+    )
+    strategy = OnPolicyStrategy()
+    update_policy(config, strategy, batch, step=1)  # type: ignore[arg-type]
+    for (part,) in strategy.steps:
+        weights = part.sample_weights
+        assert weights is not None
+        raw = torch.where(part.group_ids == 7, 1.5, 0.5)
+        torch.testing.assert_close(weights, raw * len(raw) / raw.sum())
+
+
+def test_difficulty_loss_weight_is_accepted_by_the_schema() -> None:
+    assert grpo_config(validate({"difficulty_loss_weight": True})).difficulty_loss_weight
 
 
 def test_dual_clip_loss_is_rolls_bound_one_plus_two_pg_clip() -> None:
