@@ -37,7 +37,7 @@ CLOSE_TIMEOUT = 30.0
 """Seconds an env worker is given to close its envs before it is killed."""
 
 WORKER_CONCURRENCY = 4
-"""Calls an env worker serves at once: an exchange, a wake-up, a close or a probe (its
+"""Calls an env worker serves at once: an exchange, a submit, a close or a probe (its
 envs play in threads of its own, one per env)."""
 
 

@@ -5,15 +5,16 @@ in-process env-turn, so the envs of one worker share a
 :class:`WorkerChannel` that keeps one :meth:`EnvWorker.exchange
 <agentgym.rollout.workers.EnvWorker.exchange>` call in flight: it carries
 every request queued since the last one and brings back every answer
-finished meanwhile. The worker answers as soon as any request finishes, so a
-slow env holds back no other env; requests queued while a call waits on
-slow envs make the channel wake the worker after :data:`NUDGE_AFTER`.
+finished meanwhile. The worker answers soon after a first request finishes
+(:data:`LINGER`), so a slow env holds back no other env; requests that queue
+while an exchange waits go to the worker on their own after
+:data:`SUBMIT_AFTER` (``submit``), so the worker does not run dry waiting
+for the exchange to come back.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import time
 import uuid
@@ -25,8 +26,13 @@ from agentgym.rollout.workers import EnvAnswer, EnvLostError, EnvRequest, EnvRes
 LONG_POLL = 1.0
 """Seconds an exchange waits on the worker for a first answer."""
 
-NUDGE_AFTER = 0.002
-"""Seconds after which new requests wake a worker whose exchange is still waiting."""
+LINGER = 0.002
+"""Seconds an exchange that has an answer waits for more while the worker's other
+requests are still running (fewer calls, each about a millisecond of the driver's CPU)."""
+
+SUBMIT_AFTER = 0.001
+"""Seconds after which requests queued while an exchange waits are sent on their own
+(:meth:`EnvWorker.submit <agentgym.rollout.workers.EnvWorker.submit>`)."""
 
 EXCHANGE_GRACE = 60.0
 """Seconds beyond :data:`LONG_POLL` after which an unanswered exchange means a lost worker."""
@@ -44,15 +50,22 @@ class WorkerChannel:
     Args:
         handle: The worker's handle.
         wait: Seconds an exchange waits on the worker for a first answer.
-        nudge_after: Seconds after which queued requests wake a waiting exchange.
+        linger: Seconds an exchange with an answer waits for more (see :data:`LINGER`).
+        submit_after: Seconds after which queued requests go to the worker on their own.
     """
 
     def __init__(
-        self, handle: WorkerHandle, *, wait: float = LONG_POLL, nudge_after: float = NUDGE_AFTER
+        self,
+        handle: WorkerHandle,
+        *,
+        wait: float = LONG_POLL,
+        linger: float = LINGER,
+        submit_after: float = SUBMIT_AFTER,
     ) -> None:
         self.handle = handle
         self.wait = wait
-        self.nudge_after = nudge_after
+        self.linger = linger
+        self.submit_after = submit_after
         self.exchanges = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ids = itertools.count()
@@ -61,7 +74,7 @@ class WorkerChannel:
         self._futures: dict[int, asyncio.Future[Any]] = {}
         self._pump: asyncio.Task[None] | None = None
         self._in_flight = False
-        self._nudged = False
+        self._submit_due = False
         self._background: set[asyncio.Task[Any]] = set()
 
     def _bind(self) -> asyncio.AbstractEventLoop:
@@ -69,7 +82,7 @@ class WorkerChannel:
         if loop is not self._loop:
             self._loop, self._session = loop, uuid.uuid4().hex
             self._queue, self._futures, self._pump = [], {}, None
-            self._in_flight = self._nudged = False
+            self._in_flight = self._submit_due = False
             self._background = set()
         return loop
 
@@ -88,9 +101,9 @@ class WorkerChannel:
         self._queue.append(request)
         if self._pump is None:
             self._pump = loop.create_task(self._run())
-        elif self._in_flight and not self._nudged:
-            self._nudged = True
-            loop.call_later(self.nudge_after, self._nudge, self.exchanges)
+        elif self._in_flight and not self._submit_due:
+            self._submit_due = True
+            loop.call_later(self.submit_after, self._submit_queued)
         return await future
 
     async def _run(self) -> None:
@@ -98,14 +111,15 @@ class WorkerChannel:
             while self._futures:
                 batch, self._queue = self._queue, []
                 self.exchanges += 1
-                self._in_flight, self._nudged = True, False
+                self._in_flight = True
                 try:
                     answers: list[EnvAnswer] = await self.handle.call(
                         "exchange",
                         self._session,
                         batch,
                         self.wait,
-                        timeout=self.wait + EXCHANGE_GRACE,
+                        self.linger,
+                        timeout=self.wait + self.linger + EXCHANGE_GRACE,
                     )
                 except Exception as error:  # the worker is gone: so are its requests
                     for future in self._futures.values():
@@ -131,15 +145,22 @@ class WorkerChannel:
         finally:
             self._pump = None
 
-    def _nudge(self, exchange: int) -> None:
-        if self._in_flight and self.exchanges == exchange and self._queue and self._loop:
-            task = self._loop.create_task(self._wake())
+    def _submit_queued(self) -> None:
+        self._submit_due = False
+        if self._in_flight and self._queue and self._loop:  # else the next exchange takes them
+            batch, self._queue = self._queue, []
+            task = self._loop.create_task(self._submit(batch))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
-    async def _wake(self) -> None:
-        with contextlib.suppress(Exception):  # a dead worker fails the exchange itself
-            await self.handle.call("wake")
+    async def _submit(self, batch: list[EnvRequest]) -> None:
+        try:
+            await self.handle.call("submit", self._session, batch)
+        except Exception as error:  # the worker never got them
+            for request in batch:
+                future = self._futures.pop(request.id, None)
+                if future is not None and not future.done():
+                    future.set_exception(error)
 
 
 class WorkerEnv:

@@ -225,32 +225,38 @@ class EnvWorker:
         self._ready = threading.Condition()
         self._answers: list[EnvAnswer] = []
         self._session = ""
-        self._woken = False
+        self._running = 0
 
     def exchange(
-        self, session: str, requests: Sequence[EnvRequest], wait: float
+        self, session: str, requests: Sequence[EnvRequest], wait: float, linger: float = 0.0
     ) -> list[EnvAnswer]:
         """Start ``requests`` in this worker's threads; return the answers finished so far.
 
-        Waits up to ``wait`` seconds for a first answer (or for :meth:`wake`).
-        Answers are kept for the latest ``session`` only: a driver that starts
-        a new session (a new rollout) drops what an abandoned one left.
+        Waits up to ``wait`` seconds for a first answer,
+        then up to ``linger`` seconds more while requests are still running, so
+        that answers finishing close together come back in one call (each call
+        costs the driver about a millisecond). Answers are kept for the latest
+        ``session`` only: a driver that starts a new session (a new rollout)
+        drops what an abandoned one left.
         """
+        self.submit(session, requests)
+        with self._ready:
+            self._ready.wait_for(lambda: bool(self._answers), timeout=wait)
+            if self._answers and linger > 0:
+                self._ready.wait_for(lambda: self._running == 0, timeout=linger)
+            answers, self._answers = self._answers, []
+        return answers
+
+    def submit(self, session: str, requests: Sequence[EnvRequest]) -> None:
+        """Start ``requests`` now; their answers come back through :meth:`exchange`
+        (the driver sends requests that queue while an exchange waits this way,
+        without ending that exchange)."""
         with self._ready:
             if session != self._session:
                 self._session, self._answers = session, []
+            self._running += len(requests)
         for request in requests:
             self._pool.submit(self._serve, session, request)
-        with self._ready:
-            self._ready.wait_for(lambda: bool(self._answers) or self._woken, timeout=wait)
-            answers, self._answers, self._woken = self._answers, [], False
-        return answers
-
-    def wake(self) -> None:
-        """Make a waiting :meth:`exchange` return now (the driver has new requests)."""
-        with self._ready:
-            self._woken = True
-            self._ready.notify_all()
 
     def _serve(self, session: str, request: EnvRequest) -> None:
         try:
@@ -260,9 +266,10 @@ class EnvWorker:
         except Exception as error:
             answer = EnvAnswer(request.id, False, _portable(error))
         with self._ready:
+            self._running -= 1
             if session == self._session:
                 self._answers.append(answer)
-                self._ready.notify_all()
+            self._ready.notify_all()
 
     def render_modes(self) -> list[str | None]:
         """Each env's render mode."""
