@@ -36,6 +36,7 @@ from agentgym.schema import (
 from agentgym.trainers.grpo import RUN_CONFIG, GRPOConfig, TrainParts, kl_controller
 from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.strategies import Critic, Strategy, build_critic, build_strategy
+from agentgym.trainers.strategies.torch_strategy import optimizer_steps
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
 from agentgym.trainers.workers import start_trainer_group
 
@@ -197,6 +198,13 @@ def strategy_settings(config: TrainConfig, path: Path, *, needs_reference: bool)
         "weight_decay": args.weight_decay,
         "warmup_steps": args.warmup_steps,
         "lr_scheduler_type": args.lr_scheduler_type,
+        "warmup_ratio": args.warmup_ratio,
+        "total_steps": optimizer_steps(
+            max_steps=config.max_steps,
+            rollout_batch_size=config.rollout_batch_size,
+            ppo_epochs=config.ppo_epochs,
+            mini_batch_size=args.per_device_train_batch_size * args.gradient_accumulation_steps,
+        ),
         "max_grad_norm": config.max_grad_norm,
         "temperature": config.actor_infer.generating_args.temperature,
         "micro_batch_size": args.per_device_train_batch_size,
@@ -246,6 +254,13 @@ def critic_strategy(config: TrainConfig, path: Path) -> Critic:
         weight_decay=args.weight_decay,
         warmup_steps=args.warmup_steps,
         lr_scheduler_type=args.lr_scheduler_type,
+        warmup_ratio=args.warmup_ratio,
+        total_steps=optimizer_steps(  # ROLL's critic count: one pass, no ppo_epochs
+            max_steps=config.max_steps,
+            rollout_batch_size=config.rollout_batch_size,
+            ppo_epochs=1,
+            mini_batch_size=args.per_device_train_batch_size * args.gradient_accumulation_steps,
+        ),
         max_grad_norm=config.max_grad_norm,
         micro_batch_size=args.per_device_train_batch_size,
         seed=config.seed,

@@ -20,11 +20,11 @@ model). On a machine without their 8 GPUs they also need::
     ++actor_infer.device_mapping=null ++reference.device_mapping=null
     ++actor_train.strategy_args.strategy_name=torch ~actor_train.strategy_args.strategy_config
     ++actor_infer.strategy_args.strategy_name=hf
-    ++actor_train.training_args.lr_scheduler_type=constant_with_warmup
     ++tracker_kwargs.log_dir=<a writable folder>
 
-(Megatron and the cosine schedule are not built), and the Sokoban and FrozenLake
-files' validation tags without ``SokobanDifferentGridVocab``. Smaller batches
+(the Megatron strategy is not built; their cosine schedule runs as written), and
+the Sokoban and FrozenLake files' validation tags without
+``SokobanDifferentGridVocab``. Smaller batches
 (``train_env_manager.num_env_groups=2`` and the like; ROLL's spellings are
 known on the command line) make two steps take seconds.
 """

@@ -162,7 +162,8 @@ class TrainingArgs(Section):
     per_device_train_batch_size: PositiveInt = 128
     gradient_accumulation_steps: PositiveInt = 2
     warmup_steps: NonNegativeInt = 0
-    lr_scheduler_type: Choice("lr_scheduler_type", LR_SCHEDULERS) = "constant"  # type: ignore[valid-type]
+    warmup_ratio: Probability = 0.0
+    lr_scheduler_type: Choice("lr_scheduler_type", tuple(LR_SCHEDULERS)) = "constant"  # type: ignore[valid-type]
 
 
 class DataArgs(Section):

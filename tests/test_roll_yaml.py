@@ -57,6 +57,7 @@ def test_rolls_env_keys_become_env_configs() -> None:
     assert config.rollout_mode == "trajectory"  # TrajEnvManager
     assert config.step_advantage_weight == 0.0  # grpo: no GiGPO step term
     assert config.actor_infer.generating_args.max_new_tokens == 6  # max_tokens_per_step
+    assert config.actor_train.training_args.lr_scheduler_type == "cosine"  # as ROLL's example
     assert config.validation.temperature == 0.2
     assert config.reward_normalization.grouping == "state"  # traj_group_id
     assert config.actor_train.model_args.attn_implementation in ("sdpa", "flash_attention_2")

@@ -18,8 +18,8 @@ import torch
 
 from agentgym.trainers.strategies.base import Metric, MetricReducer, ValueLossFunction
 from agentgym.trainers.strategies.torch_strategy import (
-    LR_SCHEDULERS,
     build_optimizer,
+    lr_schedule,
     optimizer_step,
     to_device,
 )
@@ -39,7 +39,7 @@ def value_forward(model: Any, batch: RolloutBatch) -> torch.Tensor:
 
 
 class TorchCritic:
-    """Train a value model with AdamW, linear warmup, gradient accumulation and
+    """Train a value model with AdamW, a learning-rate schedule, gradient accumulation and
     gradient-norm clipping, in this process.
 
     Args:
@@ -50,7 +50,10 @@ class TorchCritic:
         learning_rate: AdamW learning rate after warmup.
         weight_decay: AdamW weight decay.
         warmup_steps: Optimizer steps of linear warmup from 0.
-        lr_scheduler_type: One of :data:`LR_SCHEDULERS`.
+        lr_scheduler_type: A key of :data:`LR_SCHEDULERS`.
+        warmup_ratio: Warmup as a share of ``total_steps`` when ``warmup_steps`` is 0.
+        total_steps: The critic's optimizer steps over the run (ROLL's count has no
+            ``ppo_epochs``); needed by ``linear``, ``cosine`` and ``warmup_ratio``.
         max_grad_norm: Clip the global gradient norm to this (None: no clipping).
         micro_batch_size: Rows per forward pass of :meth:`values`.
         betas: AdamW betas.
@@ -70,6 +73,8 @@ class TorchCritic:
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
         lr_scheduler_type: str = "constant",
+        warmup_ratio: float = 0.0,
+        total_steps: int | None = None,
         max_grad_norm: float | None = 1.0,
         micro_batch_size: int = 128,
         betas: Sequence[float] = (0.9, 0.999),
@@ -78,11 +83,12 @@ class TorchCritic:
     ) -> None:
         from transformers import AutoConfig, AutoModelForTokenClassification
 
-        if lr_scheduler_type not in LR_SCHEDULERS:
-            raise ValueError(
-                f"critic lr_scheduler_type={lr_scheduler_type!r} is not supported; valid "
-                f"options: {list(LR_SCHEDULERS)}"
-            )
+        schedule = lr_schedule(
+            lr_scheduler_type,
+            warmup_steps=warmup_steps,
+            warmup_ratio=warmup_ratio,
+            total_steps=total_steps,
+        )
         self.device = torch.device(device)
         self.micro_batch_size = micro_batch_size
         self.max_grad_norm = max_grad_norm
@@ -101,8 +107,8 @@ class TorchCritic:
             self.model,
             learning_rate=learning_rate,
             weight_decay=weight_decay,
-            warmup_steps=warmup_steps,
             betas=betas,
+            schedule=schedule,
         )
 
     def train(self, mode: bool = True) -> None:

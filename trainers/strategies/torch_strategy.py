@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,107 @@ from agentgym.trainers.strategies.base import (
 )
 from agentgym.trajectory import RolloutBatch
 
-LR_SCHEDULERS = ("constant", "constant_with_warmup")
-"""Learning-rate schedules: linear warmup over ``warmup_steps``, then constant."""
+
+def _warmup(step: int, warmup: int) -> float:
+    return step / max(1, warmup)
+
+
+def _constant(step: int, warmup: int, total: int) -> float:
+    return 1.0
+
+
+def _constant_with_warmup(step: int, warmup: int, total: int) -> float:
+    return _warmup(step, warmup) if step < warmup else 1.0
+
+
+def _linear(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return _warmup(step, warmup)
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def _cosine(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return _warmup(step, warmup)
+    progress = (step - warmup) / max(1, total - warmup)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+LR_SCHEDULERS: dict[str, Callable[[int, int, int], float]] = {
+    "constant": _constant,
+    "constant_with_warmup": _constant_with_warmup,
+    "linear": _linear,
+    "cosine": _cosine,
+}
+"""``lr_scheduler_type`` → the learning-rate factor at optimizer step ``step`` (from 0)
+given ``warmup`` warmup steps and ``total`` optimizer steps in the run, as
+transformers' ``get_scheduler`` defines them (ROLL's torch-side strategies call
+it): a linear warmup ``step / warmup`` (0 at step 0), then constant (``constant``
+has no warmup), linear decay to 0 at ``total``, or a half cosine to 0 at ``total``
+(``num_cycles`` 0.5). Past ``total`` the cosine rises again, as transformers' does."""
+
+SCHEDULES_WITH_TOTAL = ("linear", "cosine")
+"""Schedules that need the run's optimizer-step count."""
+
+
+def warmup_steps_of(warmup_steps: int, warmup_ratio: float, total_steps: int | None) -> int:
+    """ROLL's ``TrainingArguments.get_warmup_steps``: ``warmup_steps`` when > 0, else
+    ``ceil(total_steps * warmup_ratio)``.
+
+    Raises:
+        ValueError: On ``warmup_ratio > 0`` without ``total_steps``.
+    """
+    if warmup_steps > 0 or warmup_ratio == 0:
+        return warmup_steps
+    if total_steps is None:
+        raise ValueError(
+            f"warmup_ratio={warmup_ratio} needs the run's optimizer-step count (total_steps)"
+        )
+    return math.ceil(total_steps * warmup_ratio)
+
+
+def optimizer_steps(
+    *, max_steps: int, rollout_batch_size: int, ppo_epochs: int, mini_batch_size: int
+) -> int:
+    """The run's optimizer steps as ROLL counts them for its schedule
+    (``PPOConfig.set_max_steps``): ``max(1, max_steps * rollout_batch_size *
+    ppo_epochs // mini_batch_size)``, with ``mini_batch_size`` =
+    ``per_device_train_batch_size * gradient_accumulation_steps`` (ROLL divides
+    both by the data-parallel size; here a mini-batch spans the ranks already).
+    Exact in trajectory mode; in step mode a step has more samples than
+    trajectories, so the schedule ends early, as ROLL's does."""
+    return max(1, max_steps * rollout_batch_size * ppo_epochs // mini_batch_size)
+
+
+def lr_schedule(
+    lr_scheduler_type: str,
+    *,
+    warmup_steps: int = 0,
+    warmup_ratio: float = 0.0,
+    total_steps: int | None = None,
+) -> Callable[[int], float]:
+    """The learning-rate factor of each optimizer step (from 0) under
+    ``lr_scheduler_type`` (:data:`LR_SCHEDULERS`), ROLL's warmup rule
+    (:func:`warmup_steps_of`) and ``total_steps`` (:func:`optimizer_steps`).
+
+    Raises:
+        ValueError: On an unknown schedule, or ``linear``/``cosine``/``warmup_ratio``
+            without ``total_steps``.
+    """
+    if lr_scheduler_type not in LR_SCHEDULERS:
+        raise ValueError(
+            f"lr_scheduler_type={lr_scheduler_type!r} is not supported; valid options: "
+            f"{list(LR_SCHEDULERS)}"
+        )
+    if lr_scheduler_type in SCHEDULES_WITH_TOTAL and total_steps is None:
+        raise ValueError(
+            f"lr_scheduler_type={lr_scheduler_type!r} needs the run's optimizer-step count "
+            "(total_steps, see optimizer_steps)"
+        )
+    schedule = LR_SCHEDULERS[lr_scheduler_type]
+    warmup = warmup_steps_of(warmup_steps, warmup_ratio, total_steps)
+    total = total_steps if total_steps is not None else 0
+    return lambda step: schedule(step, warmup, total)
 
 
 def forward(
@@ -56,7 +156,7 @@ def forward(
 
 
 class TorchStrategy:
-    """Train a transformers causal LM with AdamW, linear warmup, gradient
+    """Train a transformers causal LM with AdamW, a learning-rate schedule, gradient
     accumulation and gradient-norm clipping, in this process.
 
     Args:
@@ -67,7 +167,10 @@ class TorchStrategy:
         learning_rate: AdamW learning rate after warmup.
         weight_decay: AdamW weight decay.
         warmup_steps: Optimizer steps of linear warmup from 0.
-        lr_scheduler_type: One of :data:`LR_SCHEDULERS`.
+        lr_scheduler_type: A key of :data:`LR_SCHEDULERS`.
+        warmup_ratio: Warmup as a share of ``total_steps`` when ``warmup_steps`` is 0.
+        total_steps: The run's optimizer steps (:func:`optimizer_steps`); needed by
+            ``linear``, ``cosine`` and ``warmup_ratio``.
         max_grad_norm: Clip the global gradient norm to this (None: no clipping).
         temperature: The sampling temperature; logits are divided by it.
         micro_batch_size: Rows per forward pass of :meth:`logprobs`.
@@ -87,6 +190,8 @@ class TorchStrategy:
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
         lr_scheduler_type: str = "constant",
+        warmup_ratio: float = 0.0,
+        total_steps: int | None = None,
         max_grad_norm: float | None = 1.0,
         temperature: float = 1.0,
         micro_batch_size: int = 128,
@@ -94,11 +199,12 @@ class TorchStrategy:
         betas: Sequence[float] = (0.9, 0.999),
         attn_implementation: str | None = None,
     ) -> None:
-        if lr_scheduler_type not in LR_SCHEDULERS:
-            raise ValueError(
-                f"lr_scheduler_type={lr_scheduler_type!r} is not supported; valid options: "
-                f"{list(LR_SCHEDULERS)} (linear warmup over warmup_steps, then constant)"
-            )
+        schedule = lr_schedule(
+            lr_scheduler_type,
+            warmup_steps=warmup_steps,
+            warmup_ratio=warmup_ratio,
+            total_steps=total_steps,
+        )
         self.model_path = Path(model_path)
         self.device = torch.device(device)
         self.temperature = temperature
@@ -115,8 +221,8 @@ class TorchStrategy:
             self.model,
             learning_rate=learning_rate,
             weight_decay=weight_decay,
-            warmup_steps=warmup_steps,
             betas=betas,
+            schedule=schedule,
         )
 
     def _load(self, path: str | Path, dtype: str, attn_implementation: str | None) -> Any:
@@ -255,20 +361,18 @@ def build_optimizer(
     *,
     learning_rate: float,
     weight_decay: float,
-    warmup_steps: int,
     betas: Sequence[float],
+    schedule: Callable[[int], float],
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over ``model``'s parameters; a linear warmup over ``warmup_steps``, then constant."""
+    """AdamW over ``model``'s parameters, its learning rate times ``schedule(step)``
+    (:func:`lr_schedule`)."""
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=learning_rate,
         weight_decay=weight_decay,
         betas=(float(betas[0]), float(betas[1])),
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1))
-    )
-    return optimizer, scheduler
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
 
 def optimizer_step(
