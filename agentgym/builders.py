@@ -85,6 +85,7 @@ def rollout_config(config: TrainConfig, *, validation: bool = False) -> RolloutC
         history_length=config.history_length,
         prefix_check=config.prefix_check,
         record_frames=validation and bool(config.render_save_dir),
+        generate_opt_level=config.generate_opt_level,
     )
 
 

@@ -429,8 +429,6 @@ _RAY = "roles are sized by device_mapping (one rank per device; num_gpus_per_wor
 NOT_YET: dict[str, str] = {
     "local_rank": "it is set by a launcher; agentgym runs one process",
     "async_generation_ratio": "async generation is not supported yet; use 0 (synchronous)",
-    "generate_opt_level": "level 0 (one lockstep batch per turn) is not built; level 1 "
-    "schedules each request as its episode needs it (the same samples, sooner)",
     "add_len_reward": "ROLL declares add_len_reward but no version of its code reads it, so "
     "there is no behaviour to reproduce; shape rewards in the env instead",
     "l2": "ROLL declares l2 ('L2 regularization') but no version of its code reads it; "
@@ -536,6 +534,11 @@ def _check_scheduling(config: TrainConfig) -> None:
         raise ConfigError(
             "is_use_additional_prompts=true starts max_additional_running_prompts extra groups "
             "beyond the batch, but max_additional_running_prompts=0: set it >= 1"
+        )
+    if config.generate_opt_level == 0 and config.async_generation_ratio > 0:
+        raise ConfigError(  # ROLL asserts the same
+            f"generate_opt_level=0 (lockstep batches) cannot run ahead of the trainer: "
+            f"async_generation_ratio={config.async_generation_ratio} needs generate_opt_level=1"
         )
 
 

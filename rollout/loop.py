@@ -23,6 +23,7 @@ import numpy as np
 from agentgym.rollout.backends.base import GenerationBackend, SamplingParams
 from agentgym.rollout.chat import PREFIX_CHECK_MODES, ChatTokenizer, Message, report_drift
 from agentgym.rollout.env_manager import Assignment, EnvManager
+from agentgym.rollout.lockstep import GENERATE_OPT_LEVELS, Lockstep
 from agentgym.rollout.metrics import rollout_metrics
 from agentgym.rollout.scheduling import BatchCloser
 from agentgym.rollout.workers import EnvClient, EnvLostError
@@ -52,6 +53,8 @@ class RolloutConfig:
         prefix_check: ``"strict"`` (raise on drift), ``"warn"`` or ``"off"``.
         record_frames: Keep ``rgb_array`` frames of every step (for GIFs).
         env_workers: Threads that run ``reset``/``step`` of envs in this process.
+        generate_opt_level: ROLL's: 1 sends each request when its episode needs
+            it; 0 sends each turn's requests as one batch (:mod:`~agentgym.rollout.lockstep`).
     """
 
     mode: str = "step"
@@ -64,8 +67,13 @@ class RolloutConfig:
     prefix_check: str = "warn"
     record_frames: bool = False
     env_workers: int = 16
+    generate_opt_level: int = 1
 
     def __post_init__(self) -> None:
+        if self.generate_opt_level not in GENERATE_OPT_LEVELS:
+            raise ValueError(
+                f"generate_opt_level={self.generate_opt_level} is not one of {GENERATE_OPT_LEVELS}"
+            )
         if self.mode not in SAMPLE_MODES:
             raise ValueError(f"mode={self.mode!r} is not one of {list(SAMPLE_MODES)}")
         if self.prefix_check not in PREFIX_CHECK_MODES:
@@ -118,6 +126,8 @@ async def collect(
     stop = tuple(sorted(set(config.sampling.stop_token_ids) | chat.end_of_turn_ids))
     config = replace(config, sampling=replace(config.sampling, stop_token_ids=stop))
     pool = ThreadPoolExecutor(max_workers=config.env_workers, thread_name_prefix="agentgym-env")
+    lockstep = Lockstep(backend, len(manager.slots)) if config.generate_opt_level == 0 else None
+    backend = lockstep or backend
     runner = _EpisodeRunner(backend, chat, config, policy_version)
     closer = (
         BatchCloser(manager.batch_groups * manager.max_traj_per_env, manager.group_size)
@@ -135,6 +145,8 @@ async def collect(
             finished.append(trajectory)
             if closer is not None and closer.add(trajectory):
                 complete.set()
+        if lockstep is not None:  # the next turns need not wait for this env
+            lockstep.leave()
         return finished
 
     assignments = manager.assignments()

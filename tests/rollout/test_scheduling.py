@@ -190,8 +190,6 @@ def test_num_return_sequences_in_group_is_the_group_size() -> None:
 def test_scheduling_keys_are_checked() -> None:
     with pytest.raises(ConfigError, match="max_additional_running_prompts=0: set it >= 1"):
         validate(composed("is_use_additional_prompts=true", "max_additional_running_prompts=0"))
-    with pytest.raises(ConfigError, match="generate_opt_level=0 is not supported yet: level 0"):
-        validate(composed("generate_opt_level=0"))
     config = validate(
         composed(
             "is_use_additional_prompts=true",
