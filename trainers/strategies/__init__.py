@@ -47,7 +47,13 @@ def _torch(model_path: Path, strategy_config: Mapping[str, Any], **settings: Any
     return TorchStrategy(model_path, **settings, **strategy_config)
 
 
-STRATEGIES: dict[str, Callable[..., Strategy]] = {"torch": _torch}
+def _megatron(model_path: Path, strategy_config: Mapping[str, Any], **settings: Any) -> Strategy:
+    from agentgym.trainers.strategies.megatron import build_megatron
+
+    return build_megatron(model_path, strategy_config, **settings)
+
+
+STRATEGIES: dict[str, Callable[..., Strategy]] = {"torch": _torch, "megatron_train": _megatron}
 """``strategy_name`` -> builder ``(model_path, strategy_config, **role settings)``."""
 
 
@@ -61,7 +67,6 @@ CRITIC_STRATEGIES: dict[str, Callable[..., Critic]] = {"torch": _torch_critic}
 """``critic.strategy_args.strategy_name`` -> builder, as :data:`STRATEGIES`."""
 
 UNSUPPORTED_STRATEGIES = {
-    "megatron_train": "the Megatron strategy is not built yet; use strategy_name: torch",
     "deepspeed_train": (
         "deepspeed_train (DeepSpeed ZeRO) is not supported; use strategy_name: torch with "
         "distributed=ray and several devices in actor_train.device_mapping (data parallel: "

@@ -1,0 +1,364 @@
+"""The Megatron strategy (``strategy_name: megatron_train``): megatron-core TP/PP/DP.
+
+Every rank builds this strategy after joining ``torch.distributed`` (the
+trainer worker group does; one process starts its own group of one). Each rank
+is handed its share of the data, as the trainer worker group deals it out; the
+strategy gathers the shares of all ranks and gives each data-parallel replica
+(all its TP and PP ranks) the same contiguous share, so the result does not
+depend on how the ranks were dealt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentgym.trainers.strategies.base import LossFunction, Metric, MetricReducer, ModelOutputs
+from agentgym.trainers.strategies.megatron import parallel
+from agentgym.trainers.strategies.megatron.cpu import device_mode
+from agentgym.trainers.strategies.megatron.model import (
+    Parallelism,
+    build_gpt_model,
+    init_parallel,
+    padded_vocab_size,
+    transformer_config,
+)
+from agentgym.trainers.strategies.megatron.options import check_options
+from agentgym.trainers.strategies.megatron.vocab import vocab_parallel_logprobs
+from agentgym.trainers.strategies.megatron.weights import (
+    hf_tensors,
+    load_hf_weights,
+    local_rules,
+    shapes_of,
+)
+from agentgym.trajectory import RolloutBatch
+
+
+class MegatronStrategy:
+    """Train a Hugging Face decoder as a megatron-core ``GPTModel``.
+
+    Args:
+        model_path: A local Hugging Face model folder (Qwen2/2.5, Llama, Qwen3).
+        dtype: Parameter dtype (``float32``, ``bfloat16``).
+        learning_rate: Adam learning rate after warmup.
+        weight_decay: Decoupled weight decay (megatron-core leaves biases and norms out).
+        warmup_steps, lr_scheduler_type, warmup_ratio, total_steps: The learning-rate
+            schedule, as the torch strategy's :func:`lr_schedule`.
+        max_grad_norm: Clip the global gradient norm to this (None: no clipping).
+        temperature: The sampling temperature; logits are divided by it.
+        micro_batch_size: Rows per forward pass of :meth:`logprobs`.
+        reference_path: The frozen reference model's folder (None: no reference).
+        betas: Adam betas.
+        tensor_model_parallel_size, pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size, context_parallel_size,
+        expert_model_parallel_size, sequence_parallel, recompute_granularity,
+        use_distributed_optimizer, overlap_grad_reduce: ROLL's ``strategy_config``
+            keys (see :func:`~agentgym.trainers.strategies.megatron.options.check_options`).
+        seed: Seed of megatron-core's RNG tracker.
+        **_: Other role settings of the torch strategy (``device``,
+            ``gradient_checkpointing``, ``attn_implementation``) have Megatron
+            counterparts (``recompute_granularity``) or no meaning here.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        dtype: str = "float32",
+        learning_rate: float = 3e-4,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        lr_scheduler_type: str = "constant",
+        warmup_ratio: float = 0.0,
+        total_steps: int | None = None,
+        max_grad_norm: float | None = 1.0,
+        temperature: float = 1.0,
+        micro_batch_size: int = 128,
+        reference_path: str | Path | None = None,
+        betas: Sequence[float] = (0.9, 0.999),
+        tensor_model_parallel_size: int = 1,
+        pipeline_model_parallel_size: int = 1,
+        virtual_pipeline_model_parallel_size: int | None = None,
+        context_parallel_size: int = 1,
+        expert_model_parallel_size: int = 1,
+        sequence_parallel: bool = False,
+        recompute_granularity: str | None = None,
+        use_distributed_optimizer: bool = False,
+        overlap_grad_reduce: bool = False,
+        seed: int = 0,
+        **_: Any,
+    ) -> None:
+        from transformers import AutoConfig
+
+        from agentgym.trainers.strategies.torch_strategy import lr_schedule
+
+        self.parallelism = Parallelism(
+            tensor_model_parallel_size,
+            pipeline_model_parallel_size,
+            virtual_pipeline_model_parallel_size,
+            context_parallel_size,
+            expert_model_parallel_size,
+        )
+        overrides = check_options(
+            self.parallelism,
+            sequence_parallel=sequence_parallel,
+            recompute_granularity=recompute_granularity,
+        )
+        self.model_path = Path(model_path)
+        self.hf_config = AutoConfig.from_pretrained(str(model_path))
+        self.temperature = temperature
+        self.micro_batch_size = micro_batch_size
+        self.learning_rate = learning_rate
+        self.schedule = lr_schedule(
+            lr_scheduler_type,
+            warmup_steps=warmup_steps,
+            warmup_ratio=warmup_ratio,
+            total_steps=total_steps,
+        )
+        self.step = 0
+        self.tied = bool(self.hf_config.tie_word_embeddings)
+        params_dtype = getattr(torch, dtype)
+        with device_mode():
+            init_parallel(self.parallelism, seed=seed)
+            self.groups = parallel.Groups.current()
+            self.config = transformer_config(
+                self.hf_config, self.parallelism, params_dtype=params_dtype, **overrides
+            )
+            self.shapes = shapes_of(
+                self.hf_config,
+                padded_vocab_size(self.hf_config.vocab_size, self.groups.tp_size),
+            )
+            self.model = self._build(self.model_path)
+            self.reference = None
+            if reference_path is not None:
+                self.reference = self._build(Path(reference_path))
+                self.reference.eval().requires_grad_(False)
+            self.ddp, self.optimizer = parallel.wrap_for_training(
+                self.model,
+                self.config,
+                learning_rate=learning_rate,
+                weight_decay=weight_decay,
+                betas=betas,
+                max_grad_norm=max_grad_norm,
+                use_distributed_optimizer=use_distributed_optimizer,
+                overlap_grad_reduce=overlap_grad_reduce,
+            )
+        self._pending: list[dict[str, Metric]] = []
+        self._share: tuple[int, int] = (0, 0)
+
+    def _build(self, path: Path) -> torch.nn.Module:
+        from safetensors.torch import load_file
+
+        model = build_gpt_model(self.hf_config, self.config)
+        state: dict[str, torch.Tensor] = {}
+        for file in sorted(path.glob("*.safetensors")):
+            state.update(load_file(str(file)))
+        load_hf_weights(
+            model,
+            state,
+            self.shapes,
+            tp_rank=self.groups.tp_rank,
+            tp_size=self.groups.tp_size,
+            tied=self.tied,
+        )
+        return model
+
+    # Forward ------------------------------------------------------------------------
+
+    def _outputs(
+        self, logits: torch.Tensor, batch: RolloutBatch, *, with_entropy: bool
+    ) -> ModelOutputs:
+        """``[B, T]`` logprobs (0 at t = 0) from the last stage's ``[B, T, V_local]`` logits."""
+        logprobs, entropy = vocab_parallel_logprobs(
+            logits[:, :-1],
+            batch.input_ids[:, 1:],
+            vocab_start=self.groups.tp_rank * logits.shape[-1],
+            vocab_size=self.hf_config.vocab_size,
+            temperature=self.temperature,
+            reduce_sum=parallel.tp_sum,
+            reduce_max=parallel.tp_max,
+            with_entropy=with_entropy,
+        )
+        zeros = logprobs.new_zeros(logprobs.shape[0], 1)
+        return ModelOutputs(
+            torch.cat([zeros, logprobs], 1),
+            None if entropy is None else torch.cat([zeros, entropy], 1),
+        )
+
+    @staticmethod
+    def _forward(model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
+        # Right padding: causal attention keeps real tokens from seeing the padding.
+        return model(batch.input_ids, batch.position_ids, None)
+
+    @torch.no_grad()
+    def _logprobs(self, model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
+        from agentgym.trainers.strategies.base import micro_batches
+
+        shares = parallel.gather_world([batch])
+        rows = [part for share in shares for part in share]
+        full = parallel.concat_rows(rows)
+        mine = parallel.data_share(len(full), self.groups)
+        parts = (
+            list(micro_batches(full.rows(slice(*mine)), self.micro_batch_size))
+            if (mine[1] > mine[0])
+            else []
+        )
+        width = full.input_ids.shape[1]
+
+        def step(data: Iterator[RolloutBatch], module: torch.nn.Module) -> Any:
+            part = next(data)
+            output = self._forward(module, part)
+
+            def finish(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+                logprobs = self._outputs(logits, part, with_entropy=False).logprobs
+                logprobs = logprobs * part.attention_mask
+                padded = torch.nn.functional.pad(logprobs, (0, width - logprobs.shape[1]))
+                return padded.sum(), torch.tensor(1), {"logprobs": padded}
+
+            return output, finish
+
+        with device_mode():
+            results = parallel.run_schedule(model, step, parts, forward_only=True)
+        local = torch.cat([r["logprobs"] for r in results]) if results else None
+        merged = parallel.gather_results(local, mine, self.groups)  # [B_all, T]
+        start = sum(len(share[0]) for share in shares[: self.groups.world_rank])
+        return merged[start : start + len(batch), : batch.input_ids.shape[1]]
+
+    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, T]`` log-probabilities of this rank's ``batch`` (0 on padding), no gradient."""
+        self.model.eval()
+        try:
+            return self._logprobs(self.model, batch)
+        finally:
+            self.model.train()
+
+    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, T]`` log-probabilities under the frozen reference.
+
+        Raises:
+            RuntimeError: If the strategy was built without a reference.
+        """
+        if self.reference is None:
+            raise RuntimeError(
+                "this strategy has no reference model: build it with reference_path "
+                "(the recipe does when use_kl_loss or add_token_level_kl is set)"
+            )
+        return self._logprobs(self.reference, batch)
+
+    # Training -----------------------------------------------------------------------
+
+    def train(self, mode: bool = True) -> None:
+        """Training (dropout on) or evaluation mode of the policy."""
+        self.model.train(mode)
+
+    def train_step(
+        self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction
+    ) -> dict[str, Metric]:
+        """One optimizer step over every rank's ``micro_batches`` (this rank's share).
+
+        Returns:
+            The metrics of all ranks' micro-batches combined in order, plus
+            ``grad_norm`` and ``lr``.
+        """
+        self.accumulate(micro_batches, loss_fn)
+        reducer = MetricReducer()
+        for metrics in self._pending:
+            reducer.add(metrics)
+        reducer.add(self.optimizer_step())
+        return reducer.metrics()
+
+    def accumulate(
+        self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction
+    ) -> list[dict[str, Metric]]:
+        """Gradients of the mini-batch (every rank's share) through megatron-core's
+        ``forward_backward_func``.
+
+        Returns:
+            The metrics of this rank's own micro-batches, in order (the group
+            folds the ranks' lists in the mini-batch's order).
+
+        Raises:
+            ValueError: When the mini-batch breaks ROLL's global batch rule.
+        """
+        shares = parallel.gather_world(list(micro_batches))
+        everything = [part for share in shares for part in share]
+        parallel.check_global_batch(len(everything), self.micro_batch_size, self.groups)
+        start, stop = parallel.data_share(len(everything), self.groups)
+        needs = loss_fn.needs
+        if needs.logits or needs.ref_logits:
+            raise ValueError(
+                "the Megatron strategy never gathers the full vocabulary: pick a loss "
+                "without full logits (kl_penalty other than 'full')"
+            )
+
+        def step(data: Iterator[RolloutBatch], module: torch.nn.Module) -> Any:
+            part = next(data)
+            output = self._forward(module, part)
+
+            def finish(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+                outputs = self._outputs(logits, part, with_entropy=needs.entropy)
+                loss, metrics = loss_fn(outputs, part)
+                return loss, torch.tensor(1), {"metrics": metrics}
+
+            return output, finish
+
+        self.model.train()
+        with device_mode():
+            self.ddp.zero_grad_buffer()
+            self.optimizer.zero_grad()
+            results = parallel.run_schedule(self.ddp, step, everything[start:stop])
+        per_micro = parallel.gather_metrics(
+            [r["metrics"] for r in results], (start, stop), len(everything), self.groups
+        )
+        self._pending = per_micro
+        own = sum(len(share) for share in shares[: self.groups.world_rank])
+        return per_micro[own : own + len(micro_batches)]
+
+    def optimizer_step(self) -> dict[str, Metric]:
+        """Clip and step (megatron-core's optimizer: gradients already reduced over DP).
+
+        Returns:
+            ``grad_norm`` (before clipping) and ``lr`` (of this step).
+        """
+        lr = self.learning_rate * self.schedule(self.step)
+        with device_mode():
+            norm = parallel.optimizer_step(self.optimizer, lr)
+        self.step += 1
+        return {"grad_norm": Metric(norm, "mean"), "lr": Metric(lr, "mean")}
+
+    # Weights ------------------------------------------------------------------------
+
+    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every weight by Hugging Face name, full (TP shards gathered), stage by stage.
+
+        Collective: every rank of the group iterates it at the same time; each
+        yields the same tensors (the owning PP stage broadcasts them).
+        """
+        with device_mode():
+            for stage in range(self.groups.pp_size):
+                owned = self._stage_tensors() if stage == self.groups.pp_rank else None
+                yield from parallel.broadcast_stage(owned, stage, self.groups)
+
+    def _stage_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        params = dict(self.model.named_parameters())
+        for name, rule, layer in local_rules(self.model):
+            if self.tied and rule.megatron == "output_layer.weight":
+                continue
+            full = parallel.tp_gather(params[name].detach(), rule.layout, self.groups)
+            yield from hf_tensors(rule, layer, full, self.shapes, self.tied)
+
+    def save(self, directory: Path) -> None:
+        """Write a Hugging Face folder under ``model/`` (rank 0) and the optimizer
+        (megatron-core's distributed checkpoint, every rank). Collective."""
+        from agentgym.trainers.strategies.megatron.checkpoint import save
+
+        save(self, directory)
+
+    def load(self, directory: Path) -> None:
+        """Restore what :meth:`save` wrote. Collective."""
+        from agentgym.trainers.strategies.megatron.checkpoint import load
+
+        load(self, directory)
