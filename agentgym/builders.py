@@ -33,6 +33,7 @@ from agentgym.schema import (
     device_mappings,
     dual_clip_c,
 )
+from agentgym.trainers.critic_workers import start_critic_group
 from agentgym.trainers.grpo import RUN_CONFIG, GRPOConfig, TrainParts, kl_controller
 from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.strategies import Critic, Strategy, build_critic, build_strategy
@@ -236,35 +237,47 @@ def policy_strategy(
     )
 
 
-def critic_strategy(config: TrainConfig, path: Path) -> Critic:
+def critic_strategy(config: TrainConfig, path: Path, cluster: Cluster | None = None) -> Critic:
     """GAE's critic (``critic.strategy_args.strategy_name``, torch by default): the value
     model starts from ``critic.model_args.model_name_or_path`` or else the policy at
-    ``path``, trains with ``critic.training_args``, on ``model.device``."""
+    ``path``, trains with ``critic.training_args``, on ``model.device`` in this process
+    (``distributed=local``) or on a critic group of one rank per ``critic.device_mapping``
+    device (default: ``actor_train``'s) on ``cluster``."""
     role = config.critic
     args = role.training_args
     source = role.model_args.model_name_or_path
-    return build_critic(
-        role.strategy_args.strategy_name or "torch",
-        Path(source).expanduser() if source else path,
-        role.strategy_args.strategy_config,
-        dtype=role.model_args.dtype,
-        device=config.model.device,
-        gradient_checkpointing=not role.model_args.disable_gradient_checkpointing,
-        attn_implementation=role.model_args.attn_implementation,
-        learning_rate=args.learning_rate,
-        weight_decay=args.weight_decay,
-        warmup_steps=args.warmup_steps,
-        lr_scheduler_type=args.lr_scheduler_type,
-        warmup_ratio=args.warmup_ratio,
-        total_steps=optimizer_steps(  # ROLL's critic count: one pass, no ppo_epochs
+    name = role.strategy_args.strategy_name or "torch"
+    model_path = Path(source).expanduser() if source else path
+    settings: dict[str, Any] = {
+        "dtype": role.model_args.dtype,
+        "device": config.model.device,
+        "gradient_checkpointing": not role.model_args.disable_gradient_checkpointing,
+        "attn_implementation": role.model_args.attn_implementation,
+        "learning_rate": args.learning_rate,
+        "weight_decay": args.weight_decay,
+        "warmup_steps": args.warmup_steps,
+        "lr_scheduler_type": args.lr_scheduler_type,
+        "warmup_ratio": args.warmup_ratio,
+        "total_steps": optimizer_steps(  # ROLL's critic count: one pass, no ppo_epochs
             max_steps=config.max_steps,
             rollout_batch_size=config.rollout_batch_size,
             ppo_epochs=1,
             mini_batch_size=args.per_device_train_batch_size * args.gradient_accumulation_steps,
         ),
-        max_grad_norm=config.max_grad_norm,
-        micro_batch_size=args.per_device_train_batch_size,
-        seed=config.seed,
+        "max_grad_norm": config.max_grad_norm,
+        "micro_batch_size": args.per_device_train_batch_size,
+        "seed": config.seed,
+    }
+    if cluster is None or cluster.kind == "local":
+        return build_critic(name, model_path, role.strategy_args.strategy_config, **settings)
+    return start_critic_group(
+        cluster,
+        placement_plan(config).workers["critic"],
+        strategy_name=name,
+        model_path=model_path,
+        strategy_config=role.strategy_args.strategy_config,
+        settings=settings,
+        rpc_timeout=config.rpc_timeout,
     )
 
 
@@ -429,7 +442,7 @@ def _build_parts(
         meta={"config": resolved, "tokenizer": str(path), "envs": envs},
         pad_token_id=pad,
         cluster=workers,
-        critic=critic_strategy(config, path) if config.adv_estimator == "gae" else None,
+        critic=critic_strategy(config, path, workers) if config.adv_estimator == "gae" else None,
         kl_controller=kl_controller(grpo),
         reward_moments=RunningMoments(),
     )

@@ -458,10 +458,6 @@ for _role in ("actor_train", "actor_infer", "critic", "reference"):
     NOT_YET[f"{_role}.generating_args.num_return_sequences"] = (
         "use train_env_manager.group_size for several samples of one state"
     )
-NOT_YET["critic.device_mapping"] = (
-    "the critic trains in the driver process on model.device; placing it on its own "
-    "devices is not supported yet"
-)
 
 
 def _get(config: BaseModel, path: str) -> Any:
@@ -643,20 +639,19 @@ def _check_algorithm(config: TrainConfig) -> None:
     if gae:
         name = config.critic.strategy_args.strategy_name or "torch"
         check_choice("critic.strategy_args.strategy_name", name, list(CRITIC_STRATEGIES))
-        if config.distributed != "local":
-            raise ConfigError(
-                "adv_estimator=gae trains the critic in the driver process, which "
-                f"distributed={config.distributed!r} does not support yet: use distributed=local"
-            )
 
 
 def device_mappings(config: TrainConfig) -> dict[str, list[int]]:
     """Each device role's ``device_mapping``, with the defaults filled in: one device
-    (rank 0) for ``actor_train`` and for ``actor_infer`` (colocated), and the
-    reference inside the ``actor_train`` ranks (the torch strategy holds it)."""
+    (rank 0) for ``actor_train`` and for ``actor_infer`` (colocated), the
+    reference inside the ``actor_train`` ranks (the torch strategy holds it), and
+    GAE's critic on ``actor_train``'s devices unless ``critic.device_mapping`` says."""
     train = config.actor_train.device_mapping or [0]
     infer = config.actor_infer.device_mapping or range(config.actor_infer.num_gpus_per_worker)
-    return {"actor_train": list(train), "actor_infer": list(infer)}
+    mappings = {"actor_train": list(train), "actor_infer": list(infer)}
+    if config.adv_estimator == "gae":
+        mappings["critic"] = list(config.critic.device_mapping or train)
+    return mappings
 
 
 def _check_placement(config: TrainConfig) -> None:

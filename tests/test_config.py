@@ -107,7 +107,6 @@ def test_every_shipped_group_option_is_valid(overrides: tuple[str, ...]) -> None
         ("target_kl=0.1", "set add_token_level_kl=true"),
         ("add_len_reward=true", "no version of its code reads it"),
         ("l2=0.1", "use actor_train.training_args.weight_decay"),
-        ("+critic.device_mapping=[1]", "critic.device_mapping=[1] is not supported yet"),
         ("async_generation_ratio=1", "async_generation_ratio=1.0 is not supported yet"),
     ],
 )
@@ -184,7 +183,6 @@ IDENTITY = ("reward_normalization.method=identity",)
         (("reward_norm=batch", *IDENTITY, "reward_shift=true", "reward_scale=true"), "exclude"),
         (("use_reward_scaling=true", "reward_norm=running", *IDENTITY), "set one of them"),
         (("adv_estimator=gae", "critic.strategy_args.strategy_name=megatron"), "Valid options"),
-        (("adv_estimator=gae", "distributed=ray"), "use distributed=local"),
     ],
 )
 def test_issue_19_keys_that_contradict_each_other_fail(

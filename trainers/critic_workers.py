@@ -1,0 +1,204 @@
+"""GAE's critic on Ray: N critic ranks with ``torch.distributed`` across them.
+
+As the policy's :mod:`~agentgym.trainers.workers`: each :class:`CriticRank`
+builds the critic strategy (:data:`~agentgym.trainers.strategies.CRITIC_STRATEGIES`)
+in its own process after joining its own process group, one rank per device of
+``critic.device_mapping``. :class:`CriticGroup` is the driver's
+:class:`~agentgym.trainers.strategies.Critic`: values split the batch's rows
+over the ranks; a train step deals the micro-batches out, every rank adds up its
+share's gradients, and the critic's optimizer step sums them over the ranks
+(:func:`~agentgym.trainers.strategies.torch_strategy.optimizer_step`), so DP=N
+takes the same step as one process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentgym.cluster.handles import WorkerHandle
+from agentgym.trainers.strategies.base import Metric, MetricReducer, ValueLossFunction
+from agentgym.trainers.workers import TrainerGroup, free_port
+from agentgym.trajectory import RolloutBatch
+
+
+class CriticRank:
+    """One critic rank: joins the process group (:meth:`setup`), then builds the critic.
+
+    Args:
+        rank: This rank.
+        world_size: Ranks in the group.
+        strategy_name: A key of :data:`~agentgym.trainers.strategies.CRITIC_STRATEGIES`.
+        model_path: The value model's starting folder.
+        strategy_config: ROLL's ``strategy_config`` for the critic.
+        settings: The critic's settings (see :func:`~agentgym.trainers.strategies.build_critic`).
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        strategy_name: str,
+        model_path: str,
+        strategy_config: Mapping[str, Any],
+        settings: Mapping[str, Any],
+    ) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.strategy_name = strategy_name
+        self.model_path = model_path
+        self.strategy_config = dict(strategy_config)
+        self.settings = dict(settings)
+        self.critic: Any = None
+
+    def free_port(self) -> int:
+        """A TCP port free on this rank's machine (rank 0 hosts the process group)."""
+        return free_port()
+
+    def setup(self, master_address: str | None, master_port: int | None) -> None:
+        """Join the process group at rank 0's address (several ranks), then build the critic."""
+        from agentgym.trainers.strategies import build_critic
+
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.init_process_group(
+                "nccl" if torch.cuda.is_available() else "gloo",
+                init_method=f"tcp://{master_address}:{master_port}",
+                rank=self.rank,
+                world_size=self.world_size,
+            )
+        self.critic = build_critic(
+            self.strategy_name, Path(self.model_path), self.strategy_config, **self.settings
+        )
+
+    def pid(self) -> int:
+        """This rank's process id."""
+        return os.getpid()
+
+    def values(self, batch: RolloutBatch) -> torch.Tensor:
+        """See :meth:`Critic.values`."""
+        return self.critic.values(batch)
+
+    def train_step(
+        self, micro_batches: Sequence[RolloutBatch], loss_fn: ValueLossFunction
+    ) -> dict[str, Metric]:
+        """This rank's share of micro-batches, then the group's optimizer step."""
+        return self.critic.train_step(micro_batches, loss_fn)
+
+    def save(self, directory: str) -> None:
+        """Rank 0 writes the critic (every rank holds the same state)."""
+        if self.rank == 0:
+            self.critic.save(Path(directory))
+
+    def load(self, directory: str) -> None:
+        """Every rank restores the critic."""
+        self.critic.load(Path(directory))
+
+    def train(self, mode: bool = True) -> None:
+        """See :meth:`TorchCritic.train`."""
+        self.critic.train(mode)
+
+    def close(self) -> None:
+        """Leave the process group."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class CriticGroup:
+    """The driver's :class:`~agentgym.trainers.strategies.Critic` over N critic ranks.
+
+    Args:
+        handles: The ranks, rank 0 first.
+        rpc_timeout: Seconds a call to the ranks may take (None: the handles' default).
+    """
+
+    def __init__(self, handles: Sequence[WorkerHandle], *, rpc_timeout: float | None = None):
+        self._ranks = TrainerGroup(handles, rpc_timeout=rpc_timeout)  # the same calls
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the group."""
+        return self._ranks.world_size
+
+    def values(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, T]``: the batch's rows split over the ranks."""
+        return self._ranks._rows_logprobs("values", batch)
+
+    def train_step(
+        self, micro_batches: Sequence[RolloutBatch], loss_fn: ValueLossFunction
+    ) -> dict[str, Metric]:
+        """Deal the micro-batches out (rank ``r`` takes a contiguous share), step together.
+
+        Summed metrics add up over the ranks; averaged ones (``grad_norm``, ``lr``,
+        the same on every rank) are averaged.
+        """
+        from agentgym.trainers.workers import _deal
+
+        shares = _deal(list(micro_batches), self.world_size)
+        results = self._ranks._all("train_step", [(share, loss_fn) for share in shares])
+        reducer = MetricReducer()
+        for metrics in results:
+            reducer.add(metrics)
+        return reducer.metrics()
+
+    def save(self, directory: Path) -> None:
+        """Rank 0 writes the critic."""
+        self._ranks.save(directory)
+
+    def load(self, directory: Path) -> None:
+        """Every rank loads the critic."""
+        self._ranks.load(directory)
+
+    def train(self, mode: bool = True) -> None:
+        """Every rank's value model to training or evaluation mode."""
+        self._ranks.train(mode)
+
+    def close(self) -> None:
+        """Every rank leaves the process group."""
+        self._ranks.close()
+
+
+def start_critic_group(
+    cluster: Any,
+    placements: Sequence[Any],
+    *,
+    strategy_name: str,
+    model_path: Path,
+    strategy_config: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    rpc_timeout: float | None = None,
+) -> CriticGroup:
+    """Spawn one :class:`CriticRank` per placement (``critic``'s workers), join them
+    in a process group and build the critic on each (arguments as
+    :func:`~agentgym.trainers.workers.start_trainer_group`)."""
+    world = len(placements)
+    handles = [
+        cluster.spawn(
+            CriticRank,
+            placement.rank,
+            world,
+            strategy_name,
+            str(model_path),
+            dict(strategy_config),
+            dict(settings),
+            name=f"critic[{placement.rank}]",
+            node=placement.node,
+            visible_devices=placement.visible_devices if placement.gpu else None,
+            gpu=placement.gpu,
+        )
+        for placement in placements
+    ]
+    group = CriticGroup(handles, rpc_timeout=rpc_timeout)
+    address = port = None
+    if world > 1:
+        address = cluster.node_address(placements[0].node)
+        port = handles[0].call_sync("free_port", timeout=rpc_timeout)
+    group._ranks._all("setup", [(address, port)] * world)
+    return group
