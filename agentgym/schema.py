@@ -428,7 +428,6 @@ def _group_size_from_rlvr(data: Any) -> Any:
 _RAY = "roles are sized by device_mapping (one rank per device; num_gpus_per_worker per engine)"
 NOT_YET: dict[str, str] = {
     "local_rank": "it is set by a launcher; agentgym runs one process",
-    "async_generation_ratio": "async generation is not supported yet; use 0 (synchronous)",
     "add_len_reward": "ROLL declares add_len_reward but no version of its code reads it, so "
     "there is no behaviour to reproduce; shape rewards in the env instead",
     "l2": "ROLL declares l2 ('L2 regularization') but no version of its code reads it; "

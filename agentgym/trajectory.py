@@ -54,6 +54,8 @@ class Turn:
         action_is_valid: Whether the env could parse the response.
         actions: The actions the env played.
         observation: The observation text the response answered.
+        policy_version: The weights version that generated the response (with
+            ``async_generation_ratio > 0`` the turns of one episode may differ).
     """
 
     prompt_ids: list[int]
@@ -65,6 +67,7 @@ class Turn:
     action_is_valid: bool = True
     actions: list[str] = field(default_factory=list)
     observation: str = ""
+    policy_version: int = 0
 
 
 @dataclass
@@ -86,7 +89,8 @@ class Trajectory:
         termination_reason: One of :data:`TERMINATION_REASONS`.
         error: The exception text when the trajectory failed.
         frames: RGB frames (``[H, W, 3]`` uint8) when the rollout recorded them.
-        policy_version: The weights version that generated the trajectory.
+        policy_version: The weights version of its first turn (the rollout's
+            version when it has none); :attr:`last_policy_version` is its last's.
         prefix_drift: The prefix-consistency check's finding (None: no drift
             or not checked).
         retokenized: True when the model's ids differ from a plain
@@ -118,6 +122,11 @@ class Trajectory:
     def failed(self) -> bool:
         """True when the env or the generation backend raised."""
         return self.termination_reason in FAILURE_REASONS
+
+    @property
+    def last_policy_version(self) -> int:
+        """The weights version of the last turn (:attr:`policy_version` without turns)."""
+        return self.turns[-1].policy_version if self.turns else self.policy_version
 
     @property
     def input_ids(self) -> list[int]:
@@ -185,6 +194,7 @@ class Sample:
             the end of the episode.
         state: The observation the sample's (first) turn answered: samples of
             one group with the same state are GiGPO's anchor-state group.
+        policy_version: The oldest weights version among its turns (its first turn's).
     """
 
     input_ids: list[int]
@@ -196,6 +206,7 @@ class Sample:
     tag: str
     step_return: float = 0.0
     state: str = ""
+    policy_version: int = 0
 
 
 def _sample(
@@ -226,6 +237,7 @@ def _sample(
         trajectory.tag,
         step_return=step_return,
         state=turns[0].observation,
+        policy_version=min(turn.policy_version for turn in turns),
     )
 
 
@@ -257,6 +269,8 @@ class RolloutBatch:
         returns: ``[B, T]`` the critic's targets (GAE), filled by the trainer.
         sample_weights: ``[B]`` per-sample weights of the policy loss
             (``length_loss_weight``), filled per mini-batch by the trainer.
+        policy_versions: ``[B]`` the oldest weights version that generated each
+            sample (its first turn's), for staleness and off-policy corrections.
     """
 
     input_ids: torch.Tensor
@@ -277,6 +291,7 @@ class RolloutBatch:
     values: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     sample_weights: torch.Tensor | None = None
+    policy_versions: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -347,4 +362,5 @@ class RolloutBatch:
             tags=[s.tag for s in samples],
             step_returns=torch.tensor([s.step_return for s in samples], dtype=torch.float32),
             state_ids=torch.tensor(state_ids, dtype=torch.long),
+            policy_versions=torch.tensor([s.policy_version for s in samples], dtype=torch.long),
         )

@@ -128,7 +128,7 @@ async def collect(
     pool = ThreadPoolExecutor(max_workers=config.env_workers, thread_name_prefix="agentgym-env")
     lockstep = Lockstep(backend, len(manager.slots)) if config.generate_opt_level == 0 else None
     backend = lockstep or backend
-    runner = _EpisodeRunner(backend, chat, config, policy_version)
+    runner = EpisodeRunner(backend, chat, config, policy_version)
     closer = (
         BatchCloser(manager.batch_groups * manager.max_traj_per_env, manager.group_size)
         if manager.additional_groups
@@ -198,7 +198,10 @@ async def _until(complete: asyncio.Event, tasks: Sequence[asyncio.Future[Any]]) 
         waiter.cancel()
 
 
-class _EpisodeRunner:
+class EpisodeRunner:
+    """Plays one episode at a time on an env (:func:`collect` and
+    :class:`~agentgym.rollout.scheduler.AsyncRollout` share it)."""
+
     def __init__(
         self,
         backend: GenerationBackend,
@@ -292,6 +295,7 @@ class _EpisodeRunner:
                 trajectory.error = traceback.format_exc(limit=-8)
                 return
             text = self.chat.decode_response(generation.token_ids)
+            version = generation.policy_version
             turn = Turn(
                 prompt_ids=segment,
                 response_ids=list(generation.token_ids),
@@ -299,7 +303,10 @@ class _EpisodeRunner:
                 response_text=text,
                 finish_reason=generation.finish_reason,
                 observation=observation,
+                policy_version=self.policy_version if version is None else version,
             )
+            if turn_index == 0:  # async generation: the version of its first turn
+                trajectory.policy_version = turn.policy_version
             trajectory.turns.append(turn)
             messages.append({"role": "assistant", "content": text})
             responses[len(messages) - 1] = turn.response_ids

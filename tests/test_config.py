@@ -107,7 +107,6 @@ def test_every_shipped_group_option_is_valid(overrides: tuple[str, ...]) -> None
         ("target_kl=0.1", "set add_token_level_kl=true"),
         ("add_len_reward=true", "no version of its code reads it"),
         ("l2=0.1", "use actor_train.training_args.weight_decay"),
-        ("async_generation_ratio=1", "async_generation_ratio=1.0 is not supported yet"),
     ],
 )
 def test_bad_values_fail_with_the_key_and_the_fix(override: str, message: str) -> None:

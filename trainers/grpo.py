@@ -15,9 +15,10 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import yaml
@@ -27,10 +28,11 @@ from agentgym.fileio import write_json_atomic
 from agentgym.rollout.backends.base import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
-from agentgym.rollout.loop import RolloutConfig, collect
+from agentgym.rollout.loop import RolloutConfig, RolloutResult, collect
 from agentgym.rollout.metrics import failure_report
 from agentgym.rollout.render import dump_trajectories, pick_renders, render_trajectories
 from agentgym.rollout.router import Router
+from agentgym.rollout.scheduler import AsyncRollout, PausableBackend, staleness_metrics
 from agentgym.trainers.advantages import (
     anchor_state_advantages,
     compute_advantages,
@@ -68,6 +70,7 @@ from agentgym.trainers.tracking import Tracker, progress
 from agentgym.trajectory import RolloutBatch, Trajectory
 
 logger = logging.getLogger(__name__)
+_R = TypeVar("_R")
 
 RUN_CONFIG = "train_config.yaml"
 """The resolved config a run saves in its output folder and in each checkpoint."""
@@ -148,6 +151,14 @@ class GRPOConfig:
     step_gamma: float
     max_failed_fraction: float
     rpc_timeout: float
+    async_generation_ratio: float = 0.0
+    """k > 0: rollout runs up to k steps ahead of training (docs/async.md)."""
+
+    @property
+    def uses_pipeline(self) -> bool:
+        """Whether rollout runs ahead of training (``async_generation_ratio > 0``);
+        ratio 0 is the synchronous recipe."""
+        return self.async_generation_ratio > 0
 
     @property
     def needs_reference(self) -> bool:
@@ -195,35 +206,42 @@ class TrainParts:
 def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) -> None:
     """Run GRPO from step 1 (or after the checkpoint ``resume`` names) to ``max_steps``.
 
+    With ``async_generation_ratio`` k > 0 the rollout of the next steps runs while
+    a step trains (:mod:`agentgym.rollout.scheduler`, docs/async.md); k = 0 is the
+    synchronous recipe.
+
     Raises:
         RolloutFailedError: When too many of a step's episodes fail.
         TrainingInterruptedError: On Ctrl-C, with the step and the last checkpoint.
+        WeightSyncTimeoutError: When a weight sync under async generation hangs.
     """
     loop = asyncio.new_event_loop()
     step = 0
+    pipeline: AsyncRollout | None = None
     try:
         if resume:
             step = restore(parts, resume)
             sync_weights(config, parts, loop)  # the engines sample with the checkpoint's weights
+        if config.uses_pipeline:
+            pipeline = start_async_rollout(config, parts, loop, step)
         if step == 0 and config.eval_steps:
-            validate(config, parts, loop, step=0)
+            validate(config, parts, loop, step=0, pipeline=pipeline)
         while step < config.max_steps:
             step += 1
             started = time.perf_counter()
             parts.strategy.train(False)
-            episodes = len(parts.train_manager.slots) * parts.train_manager.max_traj_per_env
-            with progress(episodes, f"step {step} rollout", enabled=sys.stderr.isatty()) as bar:
-                rollout = loop.run_until_complete(
-                    collect(
-                        parts.train_manager,
-                        parts.backend,
-                        parts.chat,
-                        parts.train_rollout,
-                        policy_version=step - 1,
-                        on_trajectory=lambda _: bar.update(1),
-                    )
+            if pipeline is None:
+                rollout = collect_step(parts, loop, step)
+                metrics = {f"train/{key}": value for key, value in rollout.metrics.items()}
+            else:
+                waiting = pipeline.admission_wait
+                rollout = loop.run_until_complete(pipeline.next_batch(step - 1))
+                metrics = {f"train/{key}": value for key, value in rollout.metrics.items()}
+                metrics["time/trainer_idle"] = time.perf_counter() - started
+                metrics["time/rollout_idle"] = pipeline.admission_wait - waiting
+                metrics |= staleness_metrics(
+                    rollout.trajectories, step - 1, config.async_generation_ratio
                 )
-            metrics = {f"train/{key}": value for key, value in rollout.metrics.items()}
             metrics["train/failed"] = check_failures(config, rollout.trajectories, step)
             metrics["time/rollout"] = time.perf_counter() - started
             if parts.dump_dir is not None:
@@ -231,38 +249,128 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
                     rollout.trajectories, parts.dump_dir, name=f"step_{step}", meta=parts.meta
                 )
 
-            batch = prepare_batch(config, parts, rollout.trajectories, metrics)
+            if pipeline is None:
+                batch = prepare_batch(config, parts, rollout.trajectories, metrics)
+            else:  # in a thread, while the loop keeps the episodes of later steps going
+                batch = in_thread(
+                    loop, prepare_batch, config, parts, rollout.trajectories, metrics, step=step
+                )
             trained = time.perf_counter()
             if batch is not None:
-                metrics.update(update_policy(config, parts.strategy, batch, step))
-                metrics["time/weight_sync"] = sync_weights(config, parts, loop)
+                if pipeline is None:
+                    metrics.update(update_policy(config, parts.strategy, batch, step))
+                    metrics["time/weight_sync"] = sync_weights(config, parts, loop)
+                else:
+                    metrics.update(
+                        in_thread(loop, update_policy, config, parts.strategy, batch, step)
+                    )
+                    metrics |= async_sync_weights(config, parts, loop, pipeline)
                 if isinstance(parts.backend, Router) and parts.backend.last_sync is not None:
                     metrics.update(parts.backend.last_sync.metrics())  # pack/transfer/load
+            elif pipeline is not None:  # no update: same weights, the next version number
+                pipeline.advance()
             metrics["time/train"] = time.perf_counter() - trained
 
             metrics["time/step"] = time.perf_counter() - started
             if step % config.logging_steps == 0 or step == config.max_steps:
                 parts.tracker.log(metrics, step)
             if config.eval_steps and (step % config.eval_steps == 0 or step == config.max_steps):
-                validate(config, parts, loop, step=step)
+                validate(config, parts, loop, step=step, pipeline=pipeline)
             if step % config.save_steps == 0 or step == config.max_steps:
-                checkpoint(parts, step)
+                checkpoint(parts, step, pipeline=pipeline)
     except KeyboardInterrupt:
-        shut_down(parts, loop)
+        shut_down(parts, loop, pipeline)
         raise TrainingInterruptedError(step, latest_checkpoint(parts.checkpoint_dir)) from None
     except BaseException:
-        shut_down(parts, loop)
+        shut_down(parts, loop, pipeline)
         raise
-    shut_down(parts, loop)
+    shut_down(parts, loop, pipeline)
 
 
-def shut_down(parts: TrainParts, loop: asyncio.AbstractEventLoop) -> None:
+def in_thread(
+    loop: asyncio.AbstractEventLoop, work: Callable[..., _R], *args: Any, **kwargs: Any
+) -> _R:
+    """Run ``work`` in a thread while ``loop`` keeps the episodes going; the thread uses
+    this thread's torch thread count (a new thread's OpenMP team may differ, and with it
+    the order of float reductions: the update would not be bit for bit the synchronous one)."""
+    threads = torch.get_num_threads()
+
+    def run() -> _R:
+        torch.set_num_threads(threads)
+        return work(*args, **kwargs)
+
+    return loop.run_until_complete(asyncio.to_thread(run))
+
+
+def collect_step(parts: TrainParts, loop: asyncio.AbstractEventLoop, step: int) -> RolloutResult:
+    """The synchronous rollout of ``step``: the next batch, sampled with version ``step - 1``."""
+    episodes = len(parts.train_manager.slots) * parts.train_manager.max_traj_per_env
+    with progress(episodes, f"step {step} rollout", enabled=sys.stderr.isatty()) as bar:
+        return loop.run_until_complete(
+            collect(
+                parts.train_manager,
+                parts.backend,
+                parts.chat,
+                parts.train_rollout,
+                policy_version=step - 1,
+                on_trajectory=lambda _: bar.update(1),
+            )
+        )
+
+
+def start_async_rollout(
+    config: GRPOConfig, parts: TrainParts, loop: asyncio.AbstractEventLoop, step: int
+) -> AsyncRollout:
+    """Start the train envs' episodes ahead of training, from the batch of step ``step + 1``
+    (the engines hold version ``step``)."""
+    pipeline = AsyncRollout(
+        parts.train_manager,
+        PausableBackend(parts.backend, version=step),
+        parts.chat,
+        parts.train_rollout,
+        ratio=config.async_generation_ratio,
+        first_batch=step,
+    )
+    loop.call_soon(pipeline.start)
+    return pipeline
+
+
+def async_sync_weights(
+    config: GRPOConfig,
+    parts: TrainParts,
+    loop: asyncio.AbstractEventLoop,
+    pipeline: AsyncRollout,
+) -> dict[str, float]:
+    """Pause generation, sync the weights (bounded by ``rpc_timeout``), resume.
+
+    Returns:
+        ``time/weight_sync_pause``, ``time/weight_sync`` (the transfer) and
+        ``time/weight_sync_resume``, and the version the engines now hold.
+
+    Raises:
+        WeightSyncTimeoutError: When the sync takes longer than ``rpc_timeout``
+            (generation is resumed on the old weights first).
+    """
+
+    async def update() -> None:
+        await parts.backend.update_weights(parts.strategy.export_weights())
+
+    times = loop.run_until_complete(pipeline.sync(update, timeout=config.rpc_timeout))
+    return times.metrics() | {"async/policy_version": float(pipeline.client.version)}
+
+
+def shut_down(
+    parts: TrainParts, loop: asyncio.AbstractEventLoop, pipeline: AsyncRollout | None = None
+) -> None:
     """Close the env managers, the backend (its engine process too), the trackers, and
     stop the cluster's workers.
 
-    Episodes still running (a Ctrl-C mid-rollout) are cancelled first, so that
-    closing the backend does not resume them.
+    Episodes still running (a Ctrl-C mid-rollout, async generation ahead of the
+    last step) are cancelled first, so that closing the backend does not resume them.
     """
+    if pipeline is not None:
+        with contextlib.suppress(BaseException):
+            loop.run_until_complete(pipeline.close())
     pending = asyncio.all_tasks(loop)
     for task in pending:
         task.cancel()
@@ -308,7 +416,12 @@ def check_failures(config: GRPOConfig, trajectories: list[Trajectory], step: int
 
 
 def prepare_batch(
-    config: GRPOConfig, parts: TrainParts, trajectories: list[Trajectory], metrics: dict[str, float]
+    config: GRPOConfig,
+    parts: TrainParts,
+    trajectories: list[Trajectory],
+    metrics: dict[str, float],
+    *,
+    step: int | None = None,
 ) -> RolloutBatch | None:
     """Pad the samples, take π_old (and the reference), and compute advantages.
 
@@ -318,6 +431,9 @@ def prepare_batch(
     GAE the critic values the batch, and then takes its update on it here: ROLL
     trains the critic beside the actor on the same batch (neither reads the
     other's new weights), so its place before the actor's update changes nothing.
+
+    ``step`` is the step the batch trains (default: its first trajectory's
+    version + 1, as in the synchronous recipe).
 
     Returns None when no sample carries a learning signal (all groups dropped).
     """
@@ -366,7 +482,8 @@ def prepare_batch(
         config, parts, batch, penalty, step_advantages, metrics
     )  # [B], [B, T]
     if config.adv_estimator == "gae":
-        step = played[0].policy_version + 1  # the rollout of step N sampled with version N - 1
+        if step is None:  # the rollout of step N sampled with version N - 1
+            step = played[0].policy_version + 1
         batch.advantages = critic_advantages(config, parts, batch, token_rewards, step, metrics)
     else:
         batch.advantages = compute_advantages(
@@ -729,26 +846,52 @@ def sync_weights(config: GRPOConfig, parts: TrainParts, loop: asyncio.AbstractEv
 
 
 def validate(
-    config: GRPOConfig, parts: TrainParts, loop: asyncio.AbstractEventLoop, *, step: int
+    config: GRPOConfig,
+    parts: TrainParts,
+    loop: asyncio.AbstractEventLoop,
+    *,
+    step: int,
+    pipeline: AsyncRollout | None = None,
 ) -> None:
-    """Run the validation episodes (fixed seeds), log ``val/*`` and render some of each tag."""
+    """Run the validation episodes (fixed seeds), log ``val/*`` and render some of each tag.
+
+    Under async generation the train episodes' generation is paused meanwhile (the
+    requests in flight finish first) and resumed after, even when validation fails;
+    ``val/policy_version`` is the version validated.
+    """
     parts.strategy.train(False)
-    result = loop.run_until_complete(
-        collect(
-            parts.val_manager, parts.backend, parts.chat, parts.val_rollout, policy_version=step
+    if pipeline is not None:
+        loop.run_until_complete(pipeline.client.pause())
+    try:
+        result = loop.run_until_complete(
+            collect(
+                parts.val_manager, parts.backend, parts.chat, parts.val_rollout, policy_version=step
+            )
         )
-    )
+    finally:
+        if pipeline is not None:
+            pipeline.client.resume()
     check_failures(config, result.trajectories, step)
-    parts.tracker.log({f"val/{key}": value for key, value in result.metrics.items()}, step)
+    metrics = {f"val/{key}": value for key, value in result.metrics.items()}
+    if pipeline is not None:
+        metrics["val/policy_version"] = float(pipeline.client.version)
+    parts.tracker.log(metrics, step)
     if parts.render_dir is not None and config.val_renders:
         picked = pick_renders(result.trajectories, config.val_renders)
         render_trajectories(picked, parts.render_dir, step)
 
 
-def checkpoint(parts: TrainParts, step: int) -> Path:
+def checkpoint(parts: TrainParts, step: int, *, pipeline: AsyncRollout | None = None) -> Path:
     """Save model, optimizer, scheduler, RNG, step, seed cursor and tracker run id, atomically;
     with them the critic (under ``critic/``), the KL coefficient and the running reward
-    statistics when the run has them."""
+    statistics when the run has them.
+
+    Under async generation the saved seed cursor is that of the first batch not yet
+    trained: the episodes in flight are not saved, a resume regenerates them.
+    """
+    manager_state = parts.train_manager.state_dict()
+    if pipeline is not None:
+        manager_state = {**manager_state, "cursor": pipeline.cursor(step)}
 
     def write(directory: Path) -> None:
         parts.strategy.save(directory)
@@ -758,7 +901,7 @@ def checkpoint(parts: TrainParts, step: int) -> Path:
         (directory / RUN_CONFIG).write_text(yaml.safe_dump(parts.meta["config"], sort_keys=False))
         state: dict[str, Any] = {
             "step": step,
-            "train_env_manager": parts.train_manager.state_dict(),
+            "train_env_manager": manager_state,
             "tracker_run_id": parts.tracker.run_id,
         }
         if parts.kl_controller is not None:

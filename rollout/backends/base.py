@@ -56,11 +56,15 @@ class Generation:
             was sampled from: the model's logits divided by the temperature, with
             top-k/top-p applied (vLLM's ``processed_logprobs``).
         finish_reason: ``"stop"`` or ``"length"``.
+        policy_version: The weights version that generated it, when the client
+            knows (:class:`~agentgym.rollout.scheduler.PausableBackend` sets it);
+            None: the rollout's own version.
     """
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    policy_version: int | None = None
 
 
 @runtime_checkable
