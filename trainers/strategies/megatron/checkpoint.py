@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -29,11 +29,19 @@ HF_FILES = (
 """Files of the source folder copied next to the saved weights."""
 
 
+OPTIMIZER_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
+"""The distributed optimizer's shards saved as they lie (each rank its own, no
+gathering; resharding only over DP). megatron-core 0.16's default format fails
+its own check on CPU (``ShardedTensor.flattened_range is not supported``)."""
+
+
 def _sharded(strategy: MegatronStrategy, *, is_loading: bool) -> dict[str, object]:
     model = strategy.model.sharded_state_dict()  # type: ignore[operator]
     return {
         "model": model,
-        "optimizer": strategy.optimizer.sharded_state_dict(model, is_loading=is_loading),
+        "optimizer": strategy.optimizer.sharded_state_dict(
+            model, is_loading=is_loading, metadata=OPTIMIZER_METADATA
+        ),
     }
 
 
@@ -61,12 +69,32 @@ def save(strategy: MegatronStrategy, directory: Path) -> None:
     dist.barrier()
 
 
+def _ensure_optimizer_state(optimizer: Any) -> None:
+    """Give a fresh optimizer its (zero) state: megatron-core's sharded state dict
+    needs the tensors to load into, and without Apex or Transformer Engine it reads
+    Adam's ``step``. A step at learning rate 0 on zero gradients moves no weight."""
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        torch_optimizer = inner.optimizer
+        if torch_optimizer.state:
+            continue
+        saved = [group["lr"] for group in torch_optimizer.param_groups]
+        for group in torch_optimizer.param_groups:
+            group["lr"] = 0.0
+            for param in group["params"]:
+                param.grad = torch.zeros_like(param)
+        torch_optimizer.step()
+        torch_optimizer.zero_grad(set_to_none=True)
+        for group, lr in zip(torch_optimizer.param_groups, saved, strict=True):
+            group["lr"] = lr
+
+
 def load(strategy: MegatronStrategy, directory: Path) -> None:
     """Restore the model and optimizer shards and the step count, in place."""
     from megatron.core import dist_checkpointing
 
     directory = Path(directory)
     with device_mode(), torch.no_grad():
+        _ensure_optimizer_state(strategy.optimizer)
         state = dist_checkpointing.load(
             _sharded(strategy, is_loading=True), str(directory / "megatron")
         )

@@ -1,0 +1,96 @@
+"""A ``torch.multiprocessing`` launcher for the Megatron tests: N ranks over gloo,
+each runs ``fn(rank, world, *args)``; rank 0's return value comes back."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from agentgym.trainers.workers import _deal
+from agentgym.trajectory import RolloutBatch
+
+
+def _entry(rank: int, world: int, port: int, out: str, fn: Callable[..., Any], args: Any) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        result = fn(rank, world, *args)
+        if rank == 0:
+            torch.save(result, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(world: int, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn`` on ``world`` fresh processes; rank 0's result."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.pt")
+        mp.spawn(_entry, args=(world, port, out, fn, args), nprocs=world, join=True)
+        return torch.load(out, weights_only=False)
+
+
+class Dealt:
+    """A rank's strategy behind what the trainer worker group does: micro-batches
+    dealt in contiguous shares, rows split over the ranks (see
+    :class:`~agentgym.trainers.workers.TrainerGroup`)."""
+
+    def __init__(self, strategy: Any, rank: int, world: int) -> None:
+        self.strategy, self.rank, self.world = strategy, rank, world
+
+    def train_step(self, micro_batches: Sequence[RolloutBatch], loss_fn: Any) -> Any:
+        return self.strategy.train_step(_deal(list(micro_batches), self.world)[self.rank], loss_fn)
+
+    def _rows(self, method: str, batch: RolloutBatch) -> torch.Tensor:
+        size = -(-len(batch) // self.world)
+        part = batch.rows(slice(self.rank * size, (self.rank + 1) * size))
+        mine = getattr(self.strategy, method)(part)
+        gathered: list[Any] = [None] * self.world
+        dist.all_gather_object(gathered, mine)
+        return torch.cat(gathered)
+
+    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        return self._rows("logprobs", batch)
+
+    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        return self._rows("reference_logprobs", batch)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.strategy, name)
+
+
+def model_dir(path: Path) -> Path:
+    """A tiny Qwen2 folder (hidden 64, 2 layers, head_dim 32, GQA 4:2, qkv bias)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    shape: dict[str, Any] = {
+        "vocab_size": 101,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "max_position_embeddings": 64,
+        "rope_theta": 5000.0,
+        "tie_word_embeddings": False,
+    }
+    model = Qwen2ForCausalLM(Qwen2Config(**shape))
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0, 0.1)
+    model.save_pretrained(path)
+    return path

@@ -1,0 +1,124 @@
+"""What each spawned rank of the Megatron tests runs (importable by the children)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentgym.builders import default_grpo_config
+from agentgym.trainers.grpo import update_policy
+from tests.trainers.megatron.launch import Dealt
+from tests.trainers.test_update_path import ragged_batch
+
+# lr 1e-3: Adam turns a weight's near-zero gradient into a full-size step, so two
+# implementations' float noise (summation order) shows up at lr × noise; at 1e-3
+# that stays under 1e-5 while every weight still moves by ~1e-3 per step.
+SETTINGS: dict[str, Any] = {
+    "learning_rate": 1e-3,
+    "max_grad_norm": 1.0,
+    "temperature": 0.7,
+    "micro_batch_size": 2,
+}
+LOSS_AGG_MODES = (
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+
+
+def grpo_config(mode: str = "seq-mean-token-mean") -> Any:
+    return default_grpo_config(
+        micro_batch_size=1,
+        gradient_accumulation_steps=6,
+        loss_agg_mode=mode,
+        entropy_loss_coef=0.01,
+        clip_ratio_low=0.1,
+        clip_ratio_high=0.1,
+    )
+
+
+def megatron(model_dir: Path, rank: int, world: int, **config: Any) -> Dealt:
+    from agentgym.trainers.strategies.megatron.strategy import MegatronStrategy
+
+    return Dealt(MegatronStrategy(model_dir, **SETTINGS, **config), rank, world)
+
+
+def weights(strategy: Any) -> dict[str, torch.Tensor]:
+    return {name: tensor.clone() for name, tensor in strategy.export_weights()}
+
+
+def two_steps(strategy: Any, steps: tuple[int, ...] = (1, 2)) -> Any:
+    """``update_policy`` on ragged batches (seeds 0, 1); metrics and the exported weights."""
+    metrics = [
+        update_policy(grpo_config(), strategy, ragged_batch(step - 1), step) for step in steps
+    ]
+    return metrics, weights(strategy)
+
+
+def train_two_steps(rank: int, world: int, model_dir: Path, config: dict[str, Any]) -> Any:
+    return two_steps(megatron(model_dir, rank, world, **config))
+
+
+def every_loss_agg_mode(rank: int, world: int, model_dir: Path) -> list[dict[str, float]]:
+    strategy = megatron(model_dir, rank, world)
+    return [
+        update_policy(grpo_config(mode), strategy, ragged_batch(index), index + 1)
+        for index, mode in enumerate(LOSS_AGG_MODES)
+    ]
+
+
+def forward_checks(rank: int, world: int, model_dir: Path, config: dict[str, Any]) -> Any:
+    """Logprobs at the sampling temperature, the full logits (PP = 1) and the
+    exported weights."""
+    from megatron.core import tensor_parallel
+
+    from agentgym.trainers.strategies.megatron.cpu import device_mode
+
+    strategy = megatron(model_dir, rank, world, **config)
+    batch = ragged_batch(0)
+    logprobs = strategy.logprobs(batch)
+    logits = None
+    if config.get("pipeline_model_parallel_size", 1) == 1:
+        with device_mode(), torch.no_grad():
+            local = strategy.model(batch.input_ids, batch.position_ids, None)  # [B, T, V/tp]
+            logits = tensor_parallel.gather_from_tensor_model_parallel_region(local)
+    return logprobs, logits, weights(strategy)
+
+
+def step_save_step(
+    rank: int, world: int, model_dir: Path, config: dict[str, Any], out: Path
+) -> Any:
+    strategy = megatron(model_dir, rank, world, **config)
+    two_steps(strategy, (1,))
+    strategy.save(out)
+    return two_steps(strategy, (2,))
+
+
+def load_step(rank: int, world: int, model_dir: Path, config: dict[str, Any], out: Path) -> Any:
+    strategy = megatron(model_dir, rank, world, **config)
+    strategy.load(out)
+    return two_steps(strategy, (2,))
+
+
+LAYOUTS: dict[str, dict[str, Any]] = {
+    "tp1_dp2": {},
+    "tp2": {"tensor_model_parallel_size": 2},
+    "pp2": {"pipeline_model_parallel_size": 2},
+}
+"""The parallel layouts of two ranks (each rebuilds megatron-core's groups)."""
+
+
+def forward_every_layout(rank: int, world: int, model_dir: Path) -> dict[str, Any]:
+    return {
+        name: forward_checks(rank, world, model_dir, config) for name, config in LAYOUTS.items()
+    }
+
+
+def train_every_layout(rank: int, world: int, model_dir: Path) -> dict[str, Any]:
+    runs = {
+        name: train_two_steps(rank, world, model_dir, config) for name, config in LAYOUTS.items()
+    }
+    return {"runs": runs, "loss_agg_modes": every_loss_agg_mode(rank, world, model_dir)}

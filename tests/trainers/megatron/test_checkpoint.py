@@ -1,0 +1,40 @@
+"""Kill and resume: fresh ranks that load megatron-core's distributed checkpoint (model
+and optimizer, DP=2) take bit for bit the same next step as the ranks that wrote it and
+kept going; the checkpoint's Hugging Face folder loads in transformers.
+
+(With ``use_distributed_optimizer: true`` the save and load run, but the resumed step
+differs by up to 3e-4 at lr 1e-3: docs/megatron.md lists it as not exact yet.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("megatron.core")
+
+from tests.trainers.megatron.launch import model_dir, spawn
+from tests.trainers.megatron.ranks import load_step, step_save_step
+
+CONFIG: dict = {}  # plain megatron-core optimizer
+
+
+def test_resumed_ranks_take_the_uninterrupted_step(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    source = model_dir(tmp_path / "model")
+    checkpoint = tmp_path / "checkpoint"
+    kept_going = spawn(2, step_save_step, source, CONFIG, checkpoint)
+    resumed = spawn(2, load_step, source, CONFIG, checkpoint)  # fresh processes
+
+    assert kept_going[0] == resumed[0]  # metrics of step 2, bit for bit
+    for name, tensor in kept_going[1].items():
+        assert torch.equal(resumed[1][name], tensor), name
+    saved = AutoModelForCausalLM.from_pretrained(checkpoint / "model")
+    untouched = AutoModelForCausalLM.from_pretrained(source)
+    moved = [
+        not torch.equal(saved.state_dict()[name], tensor)
+        for name, tensor in untouched.state_dict().items()
+    ]
+    assert any(moved)  # the folder holds step 1's weights, not the source's
