@@ -58,9 +58,10 @@ class MegatronStrategy:
         use_distributed_optimizer, overlap_grad_reduce: ROLL's ``strategy_config``
             keys (see :func:`~agentgym.trainers.strategies.megatron.options.check_options`).
         seed: Seed of megatron-core's RNG tracker.
-        **_: Other role settings of the torch strategy (``device``,
-            ``gradient_checkpointing``, ``attn_implementation``) have Megatron
-            counterparts (``recompute_granularity``) or no meaning here.
+        device, gradient_checkpointing, attn_implementation: The torch strategy's
+            role settings, accepted and unused: each rank runs on its own device
+            (CUDA when available), recomputation is ``recompute_granularity``,
+            attention is megatron-core's.
     """
 
     def __init__(
@@ -89,7 +90,9 @@ class MegatronStrategy:
         use_distributed_optimizer: bool = False,
         overlap_grad_reduce: bool = False,
         seed: int = 0,
-        **_: Any,
+        device: str = "cpu",
+        gradient_checkpointing: bool = False,
+        attn_implementation: str | None = None,
     ) -> None:
         from transformers import AutoConfig
 

@@ -1,0 +1,103 @@
+"""The weight table's layouts, the vocabulary-parallel log-softmax and the start checks,
+by hand (one process, no process group)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("megatron.core")
+
+from agentgym.trainers.strategies.megatron.model import Parallelism
+from agentgym.trainers.strategies.megatron.options import check_options
+from agentgym.trainers.strategies.megatron.parallel import Groups, check_global_batch
+from agentgym.trainers.strategies.megatron.vocab import vocab_parallel_logprobs
+from agentgym.trainers.strategies.megatron.weights import LAYOUTS, Shapes, tp_merge, tp_shard
+
+# 2 query groups of 2 heads, head_dim 1: rows are named by value
+SHAPES = Shapes(
+    vocab_size=3, padded_vocab_size=4, num_query_groups=2, heads_per_group=2, head_dim=1
+)
+
+
+def column(*values: float) -> torch.Tensor:
+    return torch.tensor(values)[:, None]  # [N, 1]
+
+
+def test_qkv_is_interleaved_per_query_group_and_split_by_whole_groups() -> None:
+    q, k, v = column(10, 11, 12, 13), column(20, 21), column(30, 31)
+    full = LAYOUTS["qkv"].stack([q, k, v], SHAPES)
+    assert full[:, 0].tolist() == [10, 11, 20, 30, 12, 13, 21, 31]
+    assert tp_shard(full, LAYOUTS["qkv"], 1, 2)[:, 0].tolist() == [12, 13, 21, 31]
+    back = LAYOUTS["qkv"].unstack(full, SHAPES)
+    assert [t[:, 0].tolist() for t in back] == [[10, 11, 12, 13], [20, 21], [30, 31]]
+
+
+def test_gate_up_keeps_gate_then_up_on_every_rank() -> None:
+    gate, up = column(1, 2), column(3, 4)
+    full = LAYOUTS["gate_up"].stack([gate, up], SHAPES)
+    assert tp_shard(full, LAYOUTS["gate_up"], 0, 2)[:, 0].tolist() == [1, 3]
+    assert tp_shard(full, LAYOUTS["gate_up"], 1, 2)[:, 0].tolist() == [2, 4]
+
+
+def test_vocab_rows_are_padded_with_zeros_and_cut_on_export() -> None:
+    table = torch.ones(3, 2)
+    full = LAYOUTS["vocab"].stack([table], SHAPES)
+    assert full.tolist() == [[1, 1], [1, 1], [1, 1], [0, 0]]
+    assert torch.equal(LAYOUTS["vocab"].unstack(full, SHAPES)[0], table)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_merging_the_shards_gives_the_full_tensor(layout: str) -> None:
+    full = torch.arange(8 * 4, dtype=torch.float32).reshape(8, 4)
+    shards = [tp_shard(full, LAYOUTS[layout], rank, 2) for rank in range(2)]
+    assert torch.equal(tp_merge(shards, LAYOUTS[layout]), full)
+
+
+def test_log_softmax_masks_the_padding_rows_and_divides_by_the_temperature() -> None:
+    # one rank holds ids 0..3; id 3 is a padding row (vocab_size 3); temperature 2
+    logits = torch.tensor([[[2.0, 0.0, 4.0, 9.0]]])  # [B=1, T=1, V_padded=4]
+    logprob, entropy = vocab_parallel_logprobs(
+        logits,
+        torch.tensor([[2]]),
+        vocab_start=0,
+        vocab_size=3,
+        temperature=2.0,
+        reduce_sum=lambda x: x,  # TP=1: the sums over ranks are the local sums
+        reduce_max=lambda x: x,
+        with_entropy=True,
+    )
+    # by hand: p = softmax([1, 0, 2]); log p(2) = 2 - log(e + 1 + e²)
+    z = math.e + 1 + math.e**2
+    assert logprob.item() == pytest.approx(2 - math.log(z), abs=1e-6)
+    expected = -sum(math.exp(s) / z * (s - math.log(z)) for s in (1.0, 0.0, 2.0))
+    assert entropy is not None
+    assert entropy.item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_options_that_need_transformer_engine_stop_at_start() -> None:
+    with pytest.raises(ValueError, match="sequence_parallel=True needs Transformer Engine"):
+        check_options(Parallelism(), sequence_parallel=True, recompute_granularity=None)
+    with pytest.raises(ValueError, match="context_parallel_size=2 needs Transformer Engine"):
+        check_options(
+            Parallelism(context_parallel_size=2),
+            sequence_parallel=False,
+            recompute_granularity=None,
+        )
+    with pytest.raises(ValueError, match="valid options: \\['full', 'selective'\\]"):
+        check_options(Parallelism(), sequence_parallel=False, recompute_granularity="some")
+    assert check_options(
+        Parallelism(), sequence_parallel=False, recompute_granularity="selective"
+    ) == {
+        "sequence_parallel": False,
+        "recompute_granularity": "selective",
+    }
+
+
+def test_the_global_batch_rule_names_the_numbers() -> None:
+    groups = Groups(0, 4, 0, 2, 0, 1, 0, 2)  # world 4 = TP 2 × DP 2
+    check_global_batch(4, 8, groups)
+    with pytest.raises(ValueError, match=r"3 micro-batches of 8 rows.*2 data-parallel replicas"):
+        check_global_batch(3, 8, groups)
