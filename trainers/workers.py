@@ -31,6 +31,13 @@ WEIGHT_BUCKET_BYTES = 256 << 20
 """Bytes of weights fetched from rank 0 per call when exporting."""
 
 
+def is_collective(strategy: Any) -> bool:
+    """Whether every rank must take part in the strategy's ``save`` and
+    ``export_weights`` (Megatron: TP shards are gathered, PP stages broadcast)
+    rather than rank 0 alone (data parallelism: every rank holds the same state)."""
+    return bool(getattr(type(strategy), "collective_io", False))
+
+
 class TrainerRank:
     """One rank: joins the process group (:meth:`setup`), then builds the strategy.
 
@@ -63,7 +70,7 @@ class TrainerRank:
         self.settings = dict(settings)
         self.backend = backend
         self.strategy: Any = None
-        self._buckets: list[list[str]] = []
+        self._export: Iterator[dict[str, torch.Tensor]] = iter(())
 
     def free_port(self) -> int:
         """A TCP port free on this rank's machine (rank 0 hosts the process group)."""
@@ -114,31 +121,24 @@ class TrainerRank:
         per_micro = self.strategy.accumulate(micro_batches, loss_fn)
         return per_micro, self.strategy.optimizer_step()
 
-    def weight_buckets(self, bucket_bytes: int) -> int:
-        """Group the weights' names into buckets of about ``bucket_bytes``; returns how many."""
-        buckets: list[list[str]] = [[]]
-        size = 0
-        for name, tensor in self.strategy.export_weights():
-            if buckets[-1] and size + tensor.numel() * tensor.element_size() > bucket_bytes:
-                buckets.append([])
-                size = 0
-            buckets[-1].append(name)
-            size += tensor.numel() * tensor.element_size()
-        self._buckets = buckets
-        return len(buckets)
+    def collective(self) -> bool:
+        """See :func:`is_collective`."""
+        return is_collective(self.strategy)
 
-    def weight_bucket(self, index: int) -> dict[str, torch.Tensor]:
-        """The tensors of bucket ``index`` (see :meth:`weight_buckets`), detached copies on CPU."""
-        names = set(self._buckets[index])
-        return {
-            name: tensor.detach().to("cpu", copy=True)
-            for name, tensor in self.strategy.export_weights()
-            if name in names
-        }
+    def open_export(self, bucket_bytes: int) -> None:
+        """Start streaming the weights in buckets of about ``bucket_bytes``
+        (:meth:`next_bucket` takes them in order)."""
+        self._export = _buckets(self.strategy.export_weights(), bucket_bytes)
+
+    def next_bucket(self) -> dict[str, torch.Tensor] | None:
+        """The next bucket of the export :meth:`open_export` started (detached CPU
+        copies by Hugging Face name), or None after the last."""
+        return next(self._export, None)
 
     def save(self, directory: str) -> None:
-        """Rank 0 writes the checkpoint (every rank holds the same state)."""
-        if self.rank == 0:
+        """Write the checkpoint: rank 0 alone (every rank holds the same state),
+        or every rank for a collective strategy (see :func:`is_collective`)."""
+        if self.rank == 0 or is_collective(self.strategy):
             self.strategy.save(Path(directory))
 
     def load(self, directory: str) -> None:
@@ -225,6 +225,7 @@ class TrainerGroup:
             raise ValueError("a trainer group needs at least one rank")
         self.handles = list(handles)
         self.rpc_timeout = rpc_timeout
+        self._collective: bool | None = None
 
     @property
     def world_size(self) -> int:
@@ -295,14 +296,23 @@ class TrainerGroup:
         return reducer.metrics()
 
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Rank 0's weights by Hugging Face name, fetched a bucket at a time."""
-        rank0 = self.handles[0]
-        count = rank0.call_sync("weight_buckets", WEIGHT_BUCKET_BYTES, timeout=self.rpc_timeout)
-        for index in range(count):
-            yield from rank0.call_sync("weight_bucket", index, timeout=self.rpc_timeout).items()
+        """Rank 0's weights by Hugging Face name, fetched a bucket at a time (every
+        rank streams along when the strategy's export is collective)."""
+        if self._collective is None:
+            self._collective = bool(self.handles[0].call_sync("collective"))
+        ranks = self.world_size if self._collective else 1
+        self._on(ranks, "open_export", WEIGHT_BUCKET_BYTES)
+        while (bucket := self._on(ranks, "next_bucket")[0]) is not None:
+            yield from bucket.items()
+
+    def _on(self, ranks: int, method: str, *args: Any) -> list[Any]:
+        """Call ``method`` on the first ``ranks`` ranks at the same time."""
+        if ranks == 1:
+            return [self.handles[0].call_sync(method, *args, timeout=self.rpc_timeout)]
+        return self._all(method, [args] * ranks)
 
     def save(self, directory: Path) -> None:
-        """Rank 0 writes the checkpoint."""
+        """Rank 0 writes the checkpoint (every rank, for a collective strategy)."""
         self._all("save", [(str(directory),)] * self.world_size)
 
     def load(self, directory: Path) -> None:
@@ -327,6 +337,23 @@ def _deal(items: list[Any], parts: int) -> list[list[Any]]:
         shares.append(items[start : start + count])
         start += count
     return shares
+
+
+def _buckets(
+    weights: Iterator[tuple[str, torch.Tensor]], bucket_bytes: int
+) -> Iterator[dict[str, torch.Tensor]]:
+    """``weights`` in dicts of about ``bucket_bytes``, as detached CPU copies."""
+    bucket: dict[str, torch.Tensor] = {}
+    size = 0
+    for name, tensor in weights:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = {}, 0
+        bucket[name] = tensor.detach().to("cpu", copy=True)
+        size += nbytes
+    if bucket:
+        yield bucket
 
 
 async def _gather(calls: Any) -> list[Any]:

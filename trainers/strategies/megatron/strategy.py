@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -63,6 +63,10 @@ class MegatronStrategy:
             (CUDA when available), recomputation is ``recompute_granularity``,
             attention is megatron-core's.
     """
+
+    collective_io: ClassVar[bool] = True
+    """``save`` and ``export_weights`` are collective: a trainer worker group calls
+    them on every rank (see :func:`agentgym.trainers.workers.is_collective`)."""
 
     def __init__(
         self,

@@ -1,0 +1,57 @@
+"""Megatron ranks behind the trainer worker group on Ray: TP=2 trains like the torch
+strategy in one process, and the collective export and save run on every rank."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("megatron.core")
+
+from agentgym.cluster import Cluster, plan_placement, start_cluster
+from agentgym.trainers.strategies.torch_strategy import TorchStrategy
+from agentgym.trainers.workers import start_trainer_group
+from tests.trainers.megatron.launch import model_dir
+from tests.trainers.megatron.ranks import SETTINGS, two_steps
+from tests.trainers.megatron.test_training import assert_same_run
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Cluster]:
+    cluster = start_cluster("ray", rpc_timeout=300)
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+@pytest.mark.ray
+def test_tp2_group_on_ray_trains_exports_and_saves(
+    ray_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    qwen_dir = model_dir(tmp_path_factory.mktemp("megatron-group"))
+    single: Any = two_steps(TorchStrategy(qwen_dir, **SETTINGS))  # type: ignore[arg-type]
+    plan = plan_placement({"actor_train": [0, 1]}, num_nodes=1, num_gpus_per_node=0)
+    group = start_trainer_group(
+        ray_cluster,
+        plan.workers["actor_train"],
+        strategy_name="megatron_train",
+        model_path=qwen_dir,
+        strategy_config={"tensor_model_parallel_size": 2},
+        settings=SETTINGS,
+        rpc_timeout=300,
+    )
+    try:
+        assert len({handle.call_sync("pid") for handle in group.handles}) == 2
+        # export_weights (inside two_steps) needs both TP ranks: it would hang on rank 0 alone
+        assert_same_run(single, two_steps(group))
+        target = tmp_path_factory.mktemp("megatron-group-ckpt")
+        group.save(target)
+        saved = TorchStrategy(target / "model", **SETTINGS)  # type: ignore[arg-type]
+        for name, tensor in saved.export_weights():
+            torch.testing.assert_close(tensor, single[1][name], rtol=1e-5, atol=1e-5)
+    finally:
+        group.close()
