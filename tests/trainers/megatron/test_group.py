@@ -33,7 +33,7 @@ def test_tp2_group_on_ray_trains_exports_and_saves(
     ray_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     qwen_dir = model_dir(tmp_path_factory.mktemp("megatron-group"))
-    single: Any = two_steps(TorchStrategy(qwen_dir, **SETTINGS))  # type: ignore[arg-type]
+    single: Any = two_steps(TorchStrategy(qwen_dir, **SETTINGS))
     plan = plan_placement({"actor_train": [0, 1]}, num_nodes=1, num_gpus_per_node=0)
     group = start_trainer_group(
         ray_cluster,
@@ -50,7 +50,7 @@ def test_tp2_group_on_ray_trains_exports_and_saves(
         assert_same_run(single, two_steps(group))
         target = tmp_path_factory.mktemp("megatron-group-ckpt")
         group.save(target)
-        saved = TorchStrategy(target / "model", **SETTINGS)  # type: ignore[arg-type]
+        saved = TorchStrategy(target / "model", **SETTINGS)
         for name, tensor in saved.export_weights():
             torch.testing.assert_close(tensor, single[1][name], rtol=1e-5, atol=1e-5)
     finally:
