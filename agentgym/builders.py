@@ -308,6 +308,8 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
     the few that live in sections (``reward_normalization``, ``training_args``)."""
     from dataclasses import fields
 
+    from agentgym.trainers.correction import correction_config
+
     derived = {
         "micro_batch_size": config.actor_train.training_args.per_device_train_batch_size,
         "gradient_accumulation_steps": (
@@ -318,6 +320,9 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
         "val_renders": config.validation.renders,
         "loss_scale_factor": config.loss_scale_factor or config.sequence_length,
         "dual_clip_ratio_c": dual_clip_c(config),
+        "train_infer_correction": correction_config(
+            config.train_infer_correction, tis_cap=config.tis_cap
+        ),
         "critic_micro_batch_size": config.critic.training_args.per_device_train_batch_size,
         "critic_gradient_accumulation_steps": (
             config.critic.training_args.gradient_accumulation_steps

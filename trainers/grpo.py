@@ -45,6 +45,7 @@ from agentgym.trainers.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from agentgym.trainers.correction import CorrectionConfig, correction_terms
 from agentgym.trainers.gae import gae_advantages, value_loss
 from agentgym.trainers.kl_control import KLController, current_kl, make_kl_controller
 from agentgym.trainers.loss_terms import group_difficulty, mix_losses, sample_weights, sft_loss
@@ -52,9 +53,7 @@ from agentgym.trainers.losses import (
     POLICY_LOSS_REDUCE,
     aggregate_loss,
     kl_penalty,
-    logprob_gap_metrics,
     policy_loss,
-    truncated_is_weights,
 )
 from agentgym.trainers.rewards import RunningMoments, process_rewards
 from agentgym.trainers.strategies import (
@@ -146,6 +145,7 @@ class GRPOConfig:
     val_renders: int
     seed: int
     old_logprobs: str
+    train_infer_correction: CorrectionConfig
     step_score: str
     step_advantage_weight: float
     step_gamma: float
@@ -460,19 +460,13 @@ def prepare_batch(
             step_advantages = step_advantages[keep]
         batch = batch.rows(keep.nonzero()[:, 0], width=int(batch.attention_mask[keep].sum(1).max()))
     mask = batch.loss_mask.float()  # [B, T]
-    if config.old_logprobs == "engine":
-        # π_old is the policy that sampled: the engine's logprobs, no forward pass
-        batch.old_logprobs = batch.engine_logprobs * mask
-    else:
-        batch.old_logprobs = strategy.logprobs(batch) * mask
-        metrics.update(
-            {f"actor/engine_{k}": float(v) for k, v in
-             logprob_gap_metrics(batch.old_logprobs, batch.engine_logprobs, mask).items()}
-        )  # fmt: skip
-    if config.tis_cap is not None:
-        batch.is_weights = truncated_is_weights(
-            batch.old_logprobs, batch.engine_logprobs, mask, config.tis_cap
-        )
+    # π_old: the engine's logprobs (bypass), or the trainer's (the proximal policy)
+    proximal = None if config.old_logprobs == "engine" else strategy.logprobs(batch) * mask
+    correction = correction_terms(
+        batch.loss_mask, batch.engine_logprobs, proximal, config.train_infer_correction
+    )
+    batch.old_logprobs, batch.is_weights = correction.old_logprobs, correction.is_weights
+    metrics.update({f"actor/{key}": value for key, value in correction.metrics.items()})
     penalty = None  # [B, T]: beta * KL, the token-level KL penalty
     if config.needs_reference:
         batch.ref_logprobs = strategy.reference_logprobs(batch) * mask
@@ -495,6 +489,8 @@ def prepare_batch(
             whiten=config.whiten_advantages,
             clip=config.advantage_clip,
         )
+    if correction.keep is not None:  # filtered tokens leave the loss after the advantages (ROLL)
+        batch.loss_mask = batch.loss_mask * correction.keep
     return batch
 
 

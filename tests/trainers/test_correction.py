@@ -208,3 +208,41 @@ def test_schema_keys_are_rolls_and_default_off() -> None:
         validate({"train_infer_correction": {"is_weight": {"detach": False}}})
     with pytest.raises(ConfigError, match="Did you mean 'geometric'"):
         validate({"train_infer_correction": {"is_weight": {"weight_type": "geometrc"}}})
+
+
+def test_prepare_batch_applies_the_correction_after_the_advantages() -> None:
+    # the recipe's wiring: decoupled π_old, token weights, a token filter on the loss mask
+    from types import SimpleNamespace
+    from typing import cast
+
+    from agentgym.builders import default_grpo_config
+    from agentgym.trainers.grpo import TrainParts, prepare_batch
+    from agentgym.trajectory import Trajectory, Turn
+
+    class Trainer:  # the proximal policy: log π_prox = -1 on every token
+        def logprobs(self, batch: object) -> torch.Tensor:
+            return torch.full(batch.input_ids.shape, -1.0)  # type: ignore[attr-defined]
+
+    episodes = [  # engine logprobs -2, -1, -0.5: ratios e, 1, e^-0.5
+        Trajectory("sokoban", "tag", group_id=0, seed=0, score=1.0,
+                   turns=[Turn([5, 6], [7, 8], [-2.0, -1.0], "", "stop", reward=1.0)]),
+        Trajectory("sokoban", "tag", group_id=0, seed=0, score=0.0,
+                   turns=[Turn([5, 6], [9], [-0.5], "", "stop", reward=0.0)]),
+    ]  # fmt: skip
+    config = default_grpo_config(
+        drop_zero_variance_groups=False, step_advantage_weight=0.0, step_score="turn",
+        old_logprobs="trainer",
+        train_infer_correction=CorrectionConfig(
+            ISWeight("token", 2.0), (RatioFilter("token", (0.5, 2.0), None),)
+        ),
+    )  # fmt: skip
+    parts = cast(TrainParts, SimpleNamespace(strategy=Trainer(), pad_token_id=0))
+    metrics: dict[str, float] = {}
+    batch = prepare_batch(config, parts, episodes, metrics)
+    assert batch is not None and batch.is_weights is not None and batch.advantages is not None
+    generated = batch.engine_logprobs != 0
+    assert batch.is_weights[generated].tolist() == pytest.approx([2.0, 1.0, math.exp(-0.5)])
+    assert batch.loss_mask[generated].tolist() == [0, 1, 1]  # ratio e left the loss
+    assert batch.advantages[generated].abs().min() > 0  # computed before the filter
+    assert metrics["actor/train_infer_mask_fraction"] == pytest.approx(1 / 3)
+    assert metrics["actor/is_weight_clipfrac"] == pytest.approx(1 / 3)
