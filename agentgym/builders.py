@@ -30,6 +30,7 @@ from agentgym.schema import (
     EnvManagerSection,
     GeneratingArgs,
     TrainConfig,
+    data_parallel_size,
     device_mappings,
     dual_clip_c,
 )
@@ -205,7 +206,9 @@ def strategy_settings(config: TrainConfig, path: Path, *, needs_reference: bool)
             max_steps=config.max_steps,
             rollout_batch_size=config.rollout_batch_size,
             ppo_epochs=config.ppo_epochs,
-            mini_batch_size=args.per_device_train_batch_size * args.gradient_accumulation_steps,
+            mini_batch_size=args.per_device_train_batch_size
+            * args.gradient_accumulation_steps
+            * data_parallel_size(config),
         ),
         "max_grad_norm": config.max_grad_norm,
         "temperature": config.actor_infer.generating_args.temperature,
@@ -262,7 +265,9 @@ def critic_strategy(config: TrainConfig, path: Path, cluster: Cluster | None = N
             max_steps=config.max_steps,
             rollout_batch_size=config.rollout_batch_size,
             ppo_epochs=1,
-            mini_batch_size=args.per_device_train_batch_size * args.gradient_accumulation_steps,
+            mini_batch_size=args.per_device_train_batch_size
+            * args.gradient_accumulation_steps
+            * data_parallel_size(config, "critic"),
         ),
         "max_grad_norm": config.max_grad_norm,
         "micro_batch_size": args.per_device_train_batch_size,
@@ -312,8 +317,11 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
 
     derived = {
         "micro_batch_size": config.actor_train.training_args.per_device_train_batch_size,
+        # ROLL's mini-batch: per device × accumulation × data-parallel replicas; the
+        # recipe counts micro-batches per mini-batch, dealt out to the replicas
         "gradient_accumulation_steps": (
             config.actor_train.training_args.gradient_accumulation_steps
+            * data_parallel_size(config)
         ),
         "grouping": config.reward_normalization.grouping,
         "normalization": config.reward_normalization.method,
@@ -326,6 +334,7 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
         "critic_micro_batch_size": config.critic.training_args.per_device_train_batch_size,
         "critic_gradient_accumulation_steps": (
             config.critic.training_args.gradient_accumulation_steps
+            * data_parallel_size(config, "critic")
         ),
     }
     values: dict[str, Any] = {

@@ -485,11 +485,14 @@ def _check_training(config: TrainConfig) -> None:
             f"{manager.group_size} × {manager.max_traj_per_env} = {per_step}"
         )
     args = config.actor_train.training_args
-    minibatch = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    replicas = data_parallel_size(config)
+    minibatch = args.per_device_train_batch_size * args.gradient_accumulation_steps * replicas
     if config.rollout_mode == "trajectory" and config.rollout_batch_size % minibatch:
         raise ConfigError(
-            f"rollout_batch_size={config.rollout_batch_size} is not divisible by "
-            f"per_device_train_batch_size × gradient_accumulation_steps = {minibatch}"
+            f"rollout_batch_size={config.rollout_batch_size} is not divisible by the mini-batch "
+            f"per_device_train_batch_size × gradient_accumulation_steps × data-parallel "
+            f"replicas = {args.per_device_train_batch_size} × "
+            f"{args.gradient_accumulation_steps} × {replicas} = {minibatch}"
         )
     if config.step_advantage_weight and config.rollout_mode != "step":
         raise ConfigError(
@@ -651,6 +654,37 @@ def device_mappings(config: TrainConfig) -> dict[str, list[int]]:
     if config.adv_estimator == "gae":
         mappings["critic"] = list(config.critic.device_mapping or train)
     return mappings
+
+
+MODEL_PARALLEL_KEYS = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+)
+"""``strategy_config`` keys whose product is a model replica's ranks (ROLL's TP × PP × CP)."""
+
+
+def data_parallel_size(config: TrainConfig, role: str = "actor_train") -> int:
+    """Data-parallel replicas of ``role``: its ranks (one per device of its
+    ``device_mapping`` on Ray, one in process) over TP × PP × CP.
+
+    Raises:
+        ConfigError: When the ranks do not split into whole replicas.
+    """
+    mapping = device_mappings(config).get(role)
+    if config.distributed == "local" or mapping is None:  # one process, or no such role
+        return 1
+    section: Role = getattr(config, role)
+    world = len(mapping)
+    parallel = 1
+    for key in MODEL_PARALLEL_KEYS:
+        parallel *= int(section.strategy_args.strategy_config.get(key) or 1)
+    if world % parallel:
+        raise ConfigError(
+            f"{role} has {world} ranks (device_mapping), which TP × PP × CP = {parallel} "
+            "does not divide into whole model replicas; change the mapping or the parallel sizes"
+        )
+    return world // parallel
 
 
 def _check_placement(config: TrainConfig) -> None:

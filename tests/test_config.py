@@ -91,7 +91,7 @@ def test_every_shipped_group_option_is_valid(overrides: tuple[str, ...]) -> None
         ("reward_normalization.grouping=states", "Valid options: ['state', 'batch', 'inductive']"),
         ("rollout_batch_size=12", "must equal train_env_manager env_groups"),
         ("rollout_batch_size=-4", "rollout_batch_size=-4: Input should be greater than or equal"),
-        ("rollout_mode=trajectory", "is not divisible by per_device_train_batch_size"),
+        ("rollout_mode=trajectory", "is not divisible by the mini-batch per_device"),
         ("old_logprobs=sampler", "Valid options: ['engine', 'trainer']"),
         ("step_gamma=0", "step_gamma=0: Input should be greater than 0"),
         ("tis_cap=2.0", "set old_logprobs=trainer"),

@@ -77,6 +77,7 @@ def test_two_nodes_hold_the_ranks_and_train_two_steps(
         f"ray_address={two_nodes.address}",
         "num_nodes=2",
         "++actor_train.device_mapping=[0,1]",
+        "actor_train.training_args.per_device_train_batch_size=2",  # 2 × 2 × 2 replicas = 8
         "++actor_infer.device_mapping=[1]",
         "train_env_manager.max_env_num_per_worker=4",
     )
@@ -139,6 +140,7 @@ def test_ctrl_c_stops_every_actor_and_leaves_no_process(tmp_path: Path) -> None:
         "eval_steps=0",
         "distributed=ray",
         "++actor_train.device_mapping=[0,1]",
+        "actor_train.training_args.per_device_train_batch_size=2",  # 2 × 2 × 2 replicas = 8
     )
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own
     process = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, text=True, env=env)
