@@ -77,10 +77,6 @@ TEMPLATE_KEYS = (
 """Top-level keys of ROLL's env files, read through ``custom_envs`` (then dropped)."""
 
 UNSUPPORTED_ENV_KEYS = {
-    "grid_lookup": "the Sokoban env renders its own symbols; a custom grid vocabulary is not "
-    "supported",
-    "grid_vocab": "the Sokoban env renders its own symbols; a custom grid vocabulary is not "
-    "supported",
     "env_instruction": "each env writes its own instructions",
 }
 
@@ -147,6 +143,7 @@ def from_roll(raw: Mapping[str, Any]) -> Translation:
     _mode(data, modes, notes)
     _budget(data, budgets, notes)
     _roles(data, notes)
+    _devices(data, notes)
     grouping = (data.get("reward_normalization") or {}).get("grouping")
     if grouping in GROUPINGS:
         data["reward_normalization"]["grouping"] = GROUPINGS[grouping]
@@ -278,6 +275,60 @@ def _roles(data: dict[str, Any], notes: list[str]) -> None:
         strategy = role.get("strategy_args")
         if isinstance(strategy, dict) and strategy.get("strategy_config", {}) is None:
             strategy["strategy_config"] = {}
+        if isinstance(strategy, dict):
+            _strategy_grad_norm(data, name, strategy.get("strategy_config") or {}, notes)
+
+
+def _strategy_grad_norm(
+    data: dict[str, Any], name: str, strategy_config: dict[str, Any], notes: list[str]
+) -> None:
+    """ROLL's Megatron files repeat ``max_grad_norm: ${max_grad_norm}`` in the
+    ``strategy_config``; here the top-level key is the one clip for every strategy."""
+    if "max_grad_norm" not in strategy_config:
+        return
+    value = strategy_config.pop("max_grad_norm")
+    top = data.get("max_grad_norm")
+    if top is not None and value != top:
+        raise ConfigError(
+            f"{name}.strategy_args.strategy_config.max_grad_norm={value} differs from "
+            f"max_grad_norm={top}; the top-level max_grad_norm is the one gradient clip here: "
+            "set it and drop the strategy_config key"
+        )
+    data["max_grad_norm"] = value
+    notes.append(
+        f"{name}.strategy_args.strategy_config.max_grad_norm={value} → max_grad_norm (one clip)"
+    )
+
+
+DEVICE_ROLES = ("actor_train", "actor_infer", "reference", "critic")
+"""The roles whose ``device_mapping`` places them on GPUs."""
+
+
+def _devices(data: dict[str, Any], notes: list[str]) -> None:
+    """ROLL's GPU placement on a machine where torch sees no CUDA device: one CPU
+    process (``num_gpus_per_node`` → 0, the roles' ``device_mapping`` dropped).
+    Left as written where a GPU is visible or ``distributed=ray`` is asked for."""
+    if data.get("distributed", "local") != "local" or _cuda_visible():
+        return
+    dropped = (
+        [f"num_gpus_per_node={data['num_gpus_per_node']}"] if data.get("num_gpus_per_node") else []
+    )
+    data["num_gpus_per_node"] = 0
+    for name in DEVICE_ROLES:
+        role = data.get(name)
+        if isinstance(role, dict) and role.get("device_mapping") is not None:
+            dropped.append(f"{name}.device_mapping={role.pop('device_mapping')}")
+    if dropped:
+        notes.append(
+            f"{', '.join(dropped)} dropped: torch sees no CUDA device, so the run is one "
+            "CPU process (distributed=local)"
+        )
+
+
+def _cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _flash_attention() -> str:

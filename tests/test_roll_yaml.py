@@ -12,6 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from agentgym.envs.sokoban import SokobanEnv
 from agentgym.errors import ConfigError
 from agentgym.roll_config import from_roll, is_roll_config
 from agentgym.schema import validate
@@ -68,6 +69,77 @@ def test_rolls_env_keys_become_env_configs() -> None:
     assert not is_roll_config(translation.config)
 
 
+def test_a_grid_vocabulary_renders_the_sokoban_grid() -> None:
+    raw = roll_config("pretrain=null", "val_env_manager.tags=[SokobanDifferentGridVocab]",
+                      "val_env_manager.num_groups_partition=[2]")  # fmt: skip
+    config = validate(from_roll(raw).config)
+    env_config = config.val_env_manager.env_configs["SokobanDifferentGridVocab"]
+    kwargs = env_config["kwargs"]
+    assert kwargs["grid_lookup"] == {0: "W", 1: ".", 2: "G", 3: "C", 4: "B", 5: "A", 6: "@"}
+    plain, vocab = SokobanEnv(), SokobanEnv(**kwargs)
+    grid, _ = plain.reset(seed=3)
+    assert grid == "######\n######\n##___#\n#_X__#\n#S___#\n######"
+    assert vocab.reset(seed=3)[0] == "WWWWWW\nWWWWWW\nWW...W\nW.B..W\nW@...W\nWWWWWW"  # same room
+    assert (
+        "Symbols: W wall, . empty, G target, C box on target, B box, A player, "
+        "@ player on target.\n" in vocab.instructions
+    )
+    assert "Symbols: # wall, _ floor, O target, X box, √ box on a target, P you" in (
+        plain.instructions
+    )
+    with pytest.raises(ValueError, match=r"got codes \[0, 1\]"):
+        SokobanEnv(grid_lookup={0: "W", 1: "."})
+
+
+def test_gpu_placement_becomes_one_cpu_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpus = (
+        "pretrain=null", "num_gpus_per_node=8", "actor_train.device_mapping='list(range(0,8))'",
+        "actor_infer.device_mapping='list(range(0,8))'",
+        "reference.device_mapping='list(range(0,8))'",
+    )  # fmt: skip
+    monkeypatch.setattr("agentgym.roll_config._cuda_visible", lambda: False)
+    translation = from_roll(roll_config(*gpus))
+    config = validate(translation.config)
+    assert config.num_gpus_per_node == 0 and config.distributed == "local"
+    assert (config.actor_train.device_mapping, config.actor_infer.device_mapping) == (None, None)
+    assert config.reference.device_mapping is None
+    assert (
+        "num_gpus_per_node=8, actor_train.device_mapping=list(range(0,8)), "
+        "actor_infer.device_mapping=list(range(0,8)), reference.device_mapping=list(range(0,8)) "
+        "dropped: torch sees no CUDA device, so the run is one CPU process (distributed=local)"
+    ) in translation.notes
+    kept = from_roll(roll_config(*gpus, "++distributed=ray")).config  # Ray places them
+    assert (kept["num_gpus_per_node"], kept["actor_train"]["device_mapping"]) == (
+        8,
+        "list(range(0,8))",
+    )
+    monkeypatch.setattr("agentgym.roll_config._cuda_visible", lambda: True)
+    kept = from_roll(roll_config(*gpus)).config  # a GPU is visible: as written
+    assert kept["reference"]["device_mapping"] == "list(range(0,8))"
+
+
+def test_a_megatron_strategy_config_clip_is_the_top_level_clip() -> None:
+    clip = "+actor_train.strategy_args.strategy_config.max_grad_norm"
+    megatron = (
+        "actor_train.strategy_args.strategy_name=megatron_train",
+        f"{clip}=${{max_grad_norm}}",
+    )
+    translation = from_roll(roll_config(*megatron))
+    config = translation.config
+    assert config["actor_train"]["strategy_args"]["strategy_config"] == {}
+    assert config["max_grad_norm"] == 1.0
+    assert (
+        "actor_train.strategy_args.strategy_config.max_grad_norm=1.0 → max_grad_norm (one clip)"
+        in translation.notes
+    )
+    with pytest.raises(ConfigError, match=r"strategy_config.max_grad_norm=0.5 differs from "):
+        from_roll(
+            roll_config(
+                *megatron[:1], "+actor_train.strategy_args.strategy_config.max_grad_norm=0.5"
+            )
+        )
+
+
 def test_what_has_no_counterpart_is_named() -> None:
     raw = roll_config()
 
@@ -78,8 +150,8 @@ def test_what_has_no_counterpart_is_named() -> None:
             from_roll(broken)
 
     fails(
-        lambda r: r["val_env_manager"].update(tags=["SimpleSokoban", "SokobanDifferentGridVocab"]),
-        r"custom_envs.SokobanDifferentGridVocab.env_config.grid_lookup is not supported",
+        lambda r: r["custom_envs"]["SimpleSokoban"]["env_config"].update(env_instruction="Go"),
+        r"custom_envs.SimpleSokoban.env_config.env_instruction is not supported",
     )
     fails(
         lambda r: r["train_env_manager"].update(tags=["SimpleSokobn"]),

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
 from agentgym.envs.sokoban.generator import generate_room
 from agentgym.envs.sokoban.render import render_rgb
-from agentgym.envs.sokoban.room import ACTIONS, Room, action_offsets
+from agentgym.envs.sokoban.room import ACTIONS, GRID_CODES, SYMBOLS, Room, action_offsets
 from agentgym.envs.sokoban.solver import solve
 from agentgym.envs.text_env import TextEnv
 
@@ -38,6 +39,12 @@ class SokobanEnv(TextEnv):
         num_gen_steps: Random-walk steps carving the room; default
             ``1.7 * (height + width)``.
         solver_max_states: State budget of :meth:`solve`.
+        grid_lookup: ROLL's symbol table, gym-sokoban cell code -> symbol
+            (``{0: "W", 1: ".", ...}``; codes in :data:`GRID_CODES`); default
+            :data:`SYMBOLS`. Changes the observation only, not the task.
+        grid_vocab: ROLL's symbol -> meaning, written into the instructions
+            in place of the default symbol line (default: this env's own words
+            for ``grid_lookup``'s symbols).
         **kwargs: :class:`TextEnv` options (``response_format``,
             ``max_actions_per_turn``, ``format_penalty``, ``render_mode``).
     """
@@ -57,6 +64,8 @@ class SokobanEnv(TextEnv):
         search_depth: int = 100,
         num_gen_steps: int | None = None,
         solver_max_states: int = 500_000,
+        grid_lookup: Mapping[int | str, str] | None = None,
+        grid_vocab: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(max_steps=max_steps, **kwargs)
@@ -69,16 +78,31 @@ class SokobanEnv(TextEnv):
         self.solver_max_states = solver_max_states
         self._offsets = action_offsets(self.dim_room[1])
         self.room: Room | None = None
+        self.symbols = _symbols(grid_lookup)
+        self.grid_vocab = dict(grid_vocab) if grid_vocab is not None else None
 
     @property
     def _rules(self) -> str:
         return (
             "You are playing Sokoban. Push every box onto a target.\n"
-            "Symbols: # wall, _ floor, O target, X box, √ box on a target, "
-            "P you, S you standing on a target.\n"
+            f"{self._symbol_line}\n"
             "Each action moves you one cell. Walking into a box pushes it one cell "
             "if the cell behind it is floor or a target; boxes cannot be pulled, and "
             "walking into a wall or an unmovable box does nothing."
+        )
+
+    @property
+    def _symbol_line(self) -> str:
+        if self.grid_vocab is None and self.symbols == SYMBOLS:
+            return (
+                "Symbols: # wall, _ floor, O target, X box, √ box on a target, "
+                "P you, S you standing on a target."
+            )
+        vocab = self.grid_vocab or {self.symbols[kind]: MEANINGS[kind] for kind in GRID_CODES}
+        return (
+            "Symbols: "
+            + ", ".join(f"{symbol} {meaning}" for symbol, meaning in vocab.items())
+            + "."
         )
 
     def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -125,7 +149,7 @@ class SokobanEnv(TextEnv):
         return STEP_PENALTY
 
     def _observation(self) -> str:
-        return self._room.to_text()
+        return self._room.to_text(self.symbols)
 
     def _success(self) -> bool:
         return self.room is not None and self.room.solved
@@ -147,3 +171,35 @@ class SokobanEnv(TextEnv):
             cannot be solved from here or the solver's state budget ran out.
         """
         return solve(self._room, max_states=self.solver_max_states)
+
+
+MEANINGS = {
+    "wall": "wall",
+    "floor": "floor",
+    "target": "target",
+    "box": "box",
+    "box_on_target": "box on a target",
+    "player": "you",
+    "player_on_target": "you standing on a target",
+}
+"""Cell kind -> its words in the instructions."""
+
+
+def _symbols(grid_lookup: Mapping[int | str, str] | None) -> dict[str, str]:
+    """ROLL's ``grid_lookup`` (cell code -> symbol) as cell kind -> symbol.
+
+    Raises:
+        ValueError: On a code outside gym-sokoban's 0..6, a missing code, or two
+            kinds sharing a symbol (the grid would not read back).
+    """
+    if grid_lookup is None:
+        return dict(SYMBOLS)
+    codes = {int(code): str(symbol) for code, symbol in grid_lookup.items()}
+    if sorted(codes) != list(range(len(GRID_CODES))):
+        raise ValueError(
+            f"grid_lookup must give a symbol to each code 0..6 ({dict(enumerate(GRID_CODES))}), "
+            f"got codes {sorted(codes)}"
+        )
+    if len(set(codes.values())) != len(codes):
+        raise ValueError(f"grid_lookup gives two cell kinds one symbol: {codes}")
+    return {GRID_CODES[code]: symbol for code, symbol in codes.items()}

@@ -7,6 +7,7 @@ one cell in any direction from a floor cell stays inside the grid.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 SYMBOLS = {
@@ -19,6 +20,9 @@ SYMBOLS = {
     "player_on_target": "S",
 }
 """Cell kind -> symbol of the text observation."""
+
+GRID_CODES = ("wall", "floor", "target", "box_on_target", "box", "player", "player_on_target")
+"""gym-sokoban's cell codes (ROLL's ``grid_lookup`` keys) -> cell kind."""
 
 ACTIONS = ("Up", "Down", "Left", "Right")
 
@@ -83,9 +87,9 @@ class Room:
             grid.append(row)
         return grid
 
-    def to_text(self) -> str:
-        """The grid, one row per line, in :data:`SYMBOLS`."""
-        return "\n".join("".join(SYMBOLS[kind] for kind in row) for row in self.kinds())
+    def to_text(self, symbols: Mapping[str, str] = SYMBOLS) -> str:
+        """The grid, one row per line, in ``symbols`` (cell kind -> symbol)."""
+        return "\n".join("".join(symbols[kind] for kind in row) for row in self.kinds())
 
     @classmethod
     def from_text(cls, text: str) -> Room:
