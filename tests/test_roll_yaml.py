@@ -96,6 +96,8 @@ def test_gpu_placement_becomes_one_cpu_process(monkeypatch: pytest.MonkeyPatch) 
         "pretrain=null", "num_gpus_per_node=8", "actor_train.device_mapping='list(range(0,8))'",
         "actor_infer.device_mapping='list(range(0,8))'",
         "reference.device_mapping='list(range(0,8))'",
+        "actor_train.strategy_args.strategy_name=megatron_train",
+        "+actor_train.strategy_args.strategy_config.use_distributed_optimizer=true",
     )  # fmt: skip
     monkeypatch.setattr("agentgym.roll_config._cuda_visible", lambda: False)
     translation = from_roll(roll_config(*gpus))
@@ -108,6 +110,14 @@ def test_gpu_placement_becomes_one_cpu_process(monkeypatch: pytest.MonkeyPatch) 
         "actor_infer.device_mapping=list(range(0,8)), reference.device_mapping=list(range(0,8)) "
         "dropped: torch sees no CUDA device, so the run is one CPU process (distributed=local)"
     ) in translation.notes
+    assert config.actor_train.strategy_args.strategy_name == "torch"
+    assert config.actor_train.strategy_args.strategy_config == {}
+    megatron = next(note for note in translation.notes if "megatron_train" in note)
+    assert megatron.startswith(
+        "actor_train.strategy_args.strategy_name=megatron_train → torch (strategy_config "
+        "{'use_distributed_optimizer': True} dropped): in one CPU process the Megatron strategy "
+        "trains but cannot save its checkpoint"
+    )
     kept = from_roll(roll_config(*gpus, "++distributed=ray")).config  # Ray places them
     assert (kept["num_gpus_per_node"], kept["actor_train"]["device_mapping"]) == (
         8,
@@ -116,6 +126,7 @@ def test_gpu_placement_becomes_one_cpu_process(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr("agentgym.roll_config._cuda_visible", lambda: True)
     kept = from_roll(roll_config(*gpus)).config  # a GPU is visible: as written
     assert kept["reference"]["device_mapping"] == "list(range(0,8))"
+    assert kept["actor_train"]["strategy_args"]["strategy_name"] == "megatron_train"
 
 
 def test_a_megatron_strategy_config_clip_is_the_top_level_clip() -> None:
