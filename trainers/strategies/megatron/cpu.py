@@ -11,7 +11,9 @@ entered, so the same megatron-core code runs on the CPU over gloo:
   becomes the CPU (a :class:`torch.overrides.TorchFunctionMode`);
 * the "CUDA" RNG state megatron-core forks for tensor-parallel initialization
   and dropout is the CPU generator's;
-* ``Tensor.type()`` of a CPU float tensor reads as its CUDA name.
+* ``Tensor.type()`` of a CPU float tensor reads as its CUDA name;
+* activation recomputation's backward (which re-runs the forward) runs in the
+  same mode.
 
 Nothing is patched outside the ``with`` block, and the block nests. On a machine
 with CUDA, :func:`cpu_mode` is not entered at all (see :func:`device_mode`).
@@ -20,6 +22,7 @@ with CUDA, :func:`cpu_mode` is not entered at all (see :func:`device_mode`).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -72,10 +75,24 @@ def _set_cpu_rng_state(state: torch.Tensor, *_: Any, **__: Any) -> None:
     torch.set_rng_state(state)
 
 
+def _in_cpu_mode(backward: Callable[..., Any]) -> Callable[..., Any]:
+    """``backward`` of a recomputing autograd Function, run under :class:`_CudaToCpu`:
+    the autograd engine does not carry the caller's torch-function mode into a
+    Function's backward, where recomputation re-runs the layer's forward."""
+
+    def run(ctx: Any, *grads: Any) -> Any:
+        with _CudaToCpu():
+            return backward(ctx, *grads)
+
+    return run
+
+
 def _patches() -> list[tuple[Any, str, Any]]:
     from megatron.core.tensor_parallel import random as mcore_random
 
+    recompute = mcore_random.CheckpointFunction  # recompute_granularity: full | selective
     return [
+        (recompute, "backward", staticmethod(_in_cpu_mode(recompute.backward))),
         (torch.cuda, "current_device", lambda: 0),
         (torch.cuda, "get_rng_state", _cpu_rng_state),
         (torch.cuda, "set_rng_state", _set_cpu_rng_state),
@@ -93,7 +110,7 @@ def cpu_mode() -> Iterator[None]:
     with _lock:
         if _depth == 0:
             for owner, name, replacement in _patches():
-                _saved.append((owner, name, getattr(owner, name)))
+                _saved.append((owner, name, inspect.getattr_static(owner, name)))
                 setattr(owner, name, replacement)
         _depth += 1
     try:
