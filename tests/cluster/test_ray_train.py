@@ -3,6 +3,7 @@ and Ctrl-C on the driver leaving no process behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -162,3 +163,30 @@ def test_ctrl_c_stops_every_actor_and_leaves_no_process(tmp_path: Path) -> None:
     left = alive(seen)
     details = [Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in left]
     assert not left, details
+
+
+def test_async_generation_on_ray_keeps_the_staleness_bound(tmp_path: Path) -> None:
+    """async_generation_ratio=1 with the envs on env workers and the engine behind the
+    router: samples are one version stale after the first step, never more, and
+    validation runs on the freshly synced weights."""
+    run = tmp_path / "run"
+    args = command(
+        run,
+        tmp_path / "cache",
+        "generation=hf",
+        "max_steps=3",
+        "save_steps=3",
+        "eval_steps=2",
+        "distributed=ray",
+        "async_generation_ratio=1",
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own
+    result = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-4000:]
+    records = [
+        json.loads(line) for line in (run / "logs" / "metrics.jsonl").read_text().splitlines()
+    ]
+    stale = {r["step"]: r["async/staleness_max"] for r in records if "async/staleness_max" in r}
+    assert stale == {1: 0.0, 2: 1.0, 3: 1.0}
+    assert [r["val/policy_version"] for r in records if "val/policy_version" in r] == [0, 2, 3]
+    assert all(r["time/weight_sync"] > 0 for r in records if "time/weight_sync" in r)
