@@ -2,8 +2,7 @@
 and optimizer, DP=2) take bit for bit the same next step as the ranks that wrote it and
 kept going; the checkpoint's Hugging Face folder loads in transformers.
 
-(With ``use_distributed_optimizer: true`` the save and load run, but the resumed step
-differs by up to 3e-4 at lr 1e-3: docs/megatron.md lists it as not exact yet.)"""
+The same holds with ``use_distributed_optimizer: true``."""
 
 from __future__ import annotations
 
@@ -18,6 +17,18 @@ from tests.trainers.megatron.launch import model_dir, spawn
 from tests.trainers.megatron.ranks import load_step, step_save_step
 
 CONFIG: dict = {}  # plain megatron-core optimizer
+
+
+def test_distributed_optimizer_resumes_bit_for_bit(tmp_path: Path) -> None:
+    config = {"use_distributed_optimizer": True}
+    source = model_dir(tmp_path / "model")
+    checkpoint = tmp_path / "checkpoint"
+    kept_going = spawn(2, step_save_step, source, config, checkpoint)
+    resumed = spawn(2, load_step, source, config, checkpoint)  # fresh processes
+
+    assert kept_going[0] == resumed[0]
+    for name, tensor in kept_going[1].items():
+        assert torch.equal(resumed[1][name], tensor), name
 
 
 def test_resumed_ranks_take_the_uninterrupted_step(tmp_path: Path) -> None:

@@ -88,6 +88,17 @@ def _ensure_optimizer_state(optimizer: Any) -> None:
             group["lr"] = lr
 
 
+def _unshare_adam_steps(optimizer: Any) -> None:
+    """Give each parameter its own Adam ``step`` tensor. Without Apex or Transformer
+    Engine, megatron-core's distributed optimizer loads one shared ``step`` tensor into
+    every parameter's state, and torch's Adam then adds 1 to it once per parameter,
+    so the resumed step's bias correction used a step count far too large."""
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        for state in inner.optimizer.state.values():
+            if "step" in state:
+                state["step"] = state["step"].clone()
+
+
 def load(strategy: MegatronStrategy, directory: Path) -> None:
     """Restore the model and optimizer shards and the step count, in place."""
     from megatron.core import dist_checkpointing
@@ -100,4 +111,5 @@ def load(strategy: MegatronStrategy, directory: Path) -> None:
         )
         strategy.model.load_state_dict(state["model"])
         strategy.optimizer.load_state_dict(state["optimizer"])
+        _unshare_adam_steps(strategy.optimizer)
     strategy.step = int(json.loads((directory / "megatron.json").read_text())["step"])
