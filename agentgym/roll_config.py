@@ -366,12 +366,11 @@ def _devices(data: dict[str, Any], notes: list[str]) -> None:
 
 
 CPU_MEGATRON = (
-    "in one CPU process the Megatron strategy trains but cannot save its checkpoint "
-    "(megatron-core's dist_checkpointing: 'Optimizer shape ((128,) does not match model "
-    "shape ((192,))' after an optimizer step on the tiny model; with "
-    "use_distributed_optimizer, an assertion in sharded_param_state_dp_reshardable), and "
-    "recompute_granularity=full reruns the forward inside the backward, outside its CPU "
-    "device mode (megatron-core then asks for CUDA)"
+    "with ROLL's dtype bf16 the Megatron strategy trains but cannot save its checkpoint yet "
+    "(megatron-core's sharded optimizer state: 'Optimizer shape ((128,) does not match "
+    "model shape ((192,))' after an optimizer step on the tiny model; with "
+    "use_distributed_optimizer, an assertion in sharded_param_state_dp_reshardable); "
+    "in float32 it saves and resumes exactly"
 )
 """Why ROLL's ``megatron_train`` runs as the torch strategy in one CPU process."""
 
