@@ -18,7 +18,7 @@ from agentgym.builders import build_train
 from agentgym.schema import validate
 from agentgym.trainers.grpo import train
 from tests.test_config import composed
-from tests.trainers.test_train_e2e import SMALL, command
+from tests.trainers.test_train_e2e import SMALL, command, default_sigint
 
 pytestmark = pytest.mark.ray
 
@@ -144,7 +144,9 @@ def test_ctrl_c_stops_every_actor_and_leaves_no_process(tmp_path: Path) -> None:
         "actor_train.training_args.per_device_train_batch_size=2",  # 2 × 2 × 2 replicas = 8
     )
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own
-    process = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(
+        args, cwd=tmp_path, stdout=subprocess.PIPE, text=True, env=env, preexec_fn=default_sigint
+    )
     assert process.stdout is not None
     seen: set[int] = set()
     for line in process.stdout:
