@@ -22,7 +22,7 @@ import torch
 
 from agentgym.cluster.handles import WorkerHandle
 from agentgym.trainers.strategies.base import Metric, MetricReducer, ValueLossFunction
-from agentgym.trainers.workers import TrainerGroup, free_port
+from agentgym.trainers.workers import TrainerGroup, free_port, spawn_ranks
 from agentgym.trajectory import RolloutBatch
 
 
@@ -178,27 +178,12 @@ def start_critic_group(
     """Spawn one :class:`CriticRank` per placement (``critic``'s workers), join them
     in a process group and build the critic on each (arguments as
     :func:`~agentgym.trainers.workers.start_trainer_group`)."""
-    world = len(placements)
-    handles = [
-        cluster.spawn(
-            CriticRank,
-            placement.rank,
-            world,
-            strategy_name,
-            str(model_path),
-            dict(strategy_config),
-            dict(settings),
-            name=f"critic[{placement.rank}]",
-            node=placement.node,
-            visible_devices=placement.visible_devices if placement.gpu else None,
-            gpu=placement.gpu,
-        )
-        for placement in placements
-    ]
-    group = CriticGroup(handles, rpc_timeout=rpc_timeout)
-    address = port = None
-    if world > 1:
-        address = cluster.node_address(placements[0].node)
-        port = handles[0].call_sync("free_port", timeout=rpc_timeout)
-    group._ranks._all("setup", [(address, port)] * world)
-    return group
+    ranks = spawn_ranks(
+        cluster,
+        CriticRank,
+        "critic",
+        placements,
+        (strategy_name, str(model_path), dict(strategy_config), dict(settings)),
+        rpc_timeout=rpc_timeout,
+    )
+    return CriticGroup(ranks.handles, rpc_timeout=rpc_timeout)

@@ -179,17 +179,36 @@ def start_trainer_group(
         settings: The role's settings (dtype, learning rate, ...).
         rpc_timeout: Seconds a call to the ranks may take.
     """
+    return spawn_ranks(
+        cluster,
+        TrainerRank,
+        "actor_train",
+        placements,
+        (strategy_name, str(model_path), dict(strategy_config), dict(settings)),
+        rpc_timeout=rpc_timeout,
+    )
+
+
+def spawn_ranks(
+    cluster: Any,
+    rank_class: type,
+    role: str,
+    placements: Sequence[Any],
+    arguments: tuple[Any, ...],
+    *,
+    rpc_timeout: float | None = None,
+) -> TrainerGroup:
+    """Spawn ``rank_class(rank, world, *arguments)`` per placement, named
+    ``role[rank]``, and call every rank's ``setup`` at once (rank 0 hosts the
+    process group); the ranks behind a :class:`TrainerGroup`."""
     world = len(placements)
     handles = [
         cluster.spawn(
-            TrainerRank,
+            rank_class,
             placement.rank,
             world,
-            strategy_name,
-            str(model_path),
-            dict(strategy_config),
-            dict(settings),
-            name=f"actor_train[{placement.rank}]",
+            *arguments,
+            name=f"{role}[{placement.rank}]",
             node=placement.node,
             visible_devices=placement.visible_devices if placement.gpu else None,
             gpu=placement.gpu,
