@@ -13,8 +13,9 @@ with a note. What has no meaning here is an error that names the key.
 
 On a machine where torch sees no CUDA device (and ``distributed`` is left
 ``local``), ROLL's GPU placement becomes one CPU process: ``num_gpus_per_node``
-→ 0 and the roles' ``device_mapping`` are dropped, and ``megatron_train`` runs as
-the torch strategy (:data:`CPU_MEGATRON` says why), each with a note. Where a
+→ 0 and the roles' ``device_mapping`` are dropped, and ``megatron_train`` runs on
+one rank (its parallel sizes 1; the torch strategy where megatron-core is not
+installed), each with a note. Where a
 GPU is visible they stay as written.
 
 ROLL's examples run after ``pretrain`` is pointed at a model folder
@@ -45,11 +46,12 @@ max_steps=2 eval_steps=2"``::
         --config-name agentic_val_webshop $S train_env_manager.group_size=4 \
         rollout_batch_size=8 val_env_manager.num_env_groups=2 \
         val_env_manager.num_groups_partition=[2] val_batch_size=2 \
-        actor_infer.generating_args.max_new_tokens=16 render_save_dir=null \
+        actor_infer.generating_args.max_new_tokens=16 render_save_dir=null save_steps=1 \
         tracker_kwargs.log_dir=out/tb output_dir=out logging_dir=out/logs
+    # actor_train: megatron_train on one rank, bf16, distributed optimizer, recompute full
     # val 0/2 | WebShopEnv success 0.0% score -0.50 (2 episodes)
     # step 1/2, 2/2 | success 0.0% | score -0.50;  val 2/2 the same
-    # finished in 30 s (35.0 s wall)
+    # checkpoint-1, checkpoint-2 saved; finished in 38 s (42.8 s wall, 2026-11-23)
 
 (Every train group of these runs scored alike, so ``drop_zero_variance_groups``
 left no sample to train on: ``train/kept_samples`` 0. With
@@ -357,22 +359,42 @@ def _devices(data: dict[str, Any], notes: list[str]) -> None:
     for name in ("actor_train", "critic"):
         strategy = (data.get(name) or {}).get("strategy_args") or {}
         if strategy.get("strategy_name") == "megatron_train":
-            config = strategy.pop("strategy_config", None) or {}
-            strategy.update(strategy_name="torch", strategy_config={})
-            notes.append(
-                f"{name}.strategy_args.strategy_name=megatron_train → torch (strategy_config "
-                f"{config} dropped): {CPU_MEGATRON}"
-            )
+            _one_megatron_rank(name, strategy, notes)
 
 
-CPU_MEGATRON = (
-    "with ROLL's dtype bf16 the Megatron strategy trains but cannot save its checkpoint yet "
-    "(megatron-core's sharded optimizer state: 'Optimizer shape ((128,) does not match "
-    "model shape ((192,))' after an optimizer step on the tiny model; with "
-    "use_distributed_optimizer, an assertion in sharded_param_state_dp_reshardable); "
-    "in float32 it saves and resumes exactly"
-)
-"""Why ROLL's ``megatron_train`` runs as the torch strategy in one CPU process."""
+ONE_RANK = {
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "virtual_pipeline_model_parallel_size": None,
+    "context_parallel_size": 1,
+    "expert_model_parallel_size": 1,
+    "sequence_parallel": False,
+}
+"""The Megatron ``strategy_config`` of one process: every parallel size 1."""
+
+
+def _one_megatron_rank(name: str, strategy: dict[str, Any], notes: list[str]) -> None:
+    """``megatron_train`` in one CPU process: the parallel sizes become 1 (the rest of
+    ``strategy_config`` stays), or the torch strategy where megatron-core is missing."""
+    config = strategy.get("strategy_config") or {}
+    if importlib.util.find_spec("megatron") is None:
+        strategy.update(strategy_name="torch", strategy_config={})
+        notes.append(
+            f"{name}.strategy_args.strategy_name=megatron_train → torch (strategy_config "
+            f"{config} dropped): megatron-core is not installed (pip install "
+            "'agentgym[megatron]')"
+        )
+        return
+    changed = {
+        key: (config[key], value)
+        for key, value in ONE_RANK.items()
+        if config.get(key, value) not in (value, 1 if value is None else value)
+    }
+    for key, (_, value) in changed.items():
+        config[key] = value
+    if changed:
+        listed = ", ".join(f"{key}={old} → {new}" for key, (old, new) in changed.items())
+        notes.append(f"{name}.strategy_args.strategy_config: {listed} (one CPU process, one rank)")
 
 
 def _cuda_visible() -> bool:

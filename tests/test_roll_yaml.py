@@ -98,6 +98,8 @@ def test_gpu_placement_becomes_one_cpu_process(monkeypatch: pytest.MonkeyPatch) 
         "reference.device_mapping='list(range(0,8))'",
         "actor_train.strategy_args.strategy_name=megatron_train",
         "+actor_train.strategy_args.strategy_config.use_distributed_optimizer=true",
+        "+actor_train.strategy_args.strategy_config.tensor_model_parallel_size=2",
+        "+actor_train.strategy_args.strategy_config.sequence_parallel=true",
     )  # fmt: skip
     monkeypatch.setattr("agentgym.roll_config._cuda_visible", lambda: False)
     translation = from_roll(roll_config(*gpus))
@@ -110,14 +112,22 @@ def test_gpu_placement_becomes_one_cpu_process(monkeypatch: pytest.MonkeyPatch) 
         "actor_infer.device_mapping=list(range(0,8)), reference.device_mapping=list(range(0,8)) "
         "dropped: torch sees no CUDA device, so the run is one CPU process (distributed=local)"
     ) in translation.notes
-    assert config.actor_train.strategy_args.strategy_name == "torch"
-    assert config.actor_train.strategy_args.strategy_config == {}
-    megatron = next(note for note in translation.notes if "megatron_train" in note)
-    assert megatron.startswith(
-        "actor_train.strategy_args.strategy_name=megatron_train → torch (strategy_config "
-        "{'use_distributed_optimizer': True} dropped): with ROLL's dtype bf16 the Megatron "
-        "strategy trains but cannot save its checkpoint yet"
-    )
+    strategy = config.actor_train.strategy_args
+    assert strategy.strategy_name == "megatron_train"  # one rank of it
+    assert strategy.strategy_config == {
+        "use_distributed_optimizer": True,
+        "tensor_model_parallel_size": 1,
+        "sequence_parallel": False,
+    }
+    assert (
+        "actor_train.strategy_args.strategy_config: tensor_model_parallel_size=2 → 1, "
+        "sequence_parallel=True → False (one CPU process, one rank)"
+    ) in translation.notes
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)  # no megatron-core
+    fallback = from_roll(roll_config(*gpus)).config["actor_train"]["strategy_args"]
+    assert fallback == {"strategy_name": "torch", "strategy_config": {}}
+    monkeypatch.undo()
+    monkeypatch.setattr("agentgym.roll_config._cuda_visible", lambda: False)
     kept = from_roll(roll_config(*gpus, "++distributed=ray")).config  # Ray places them
     assert (kept["num_gpus_per_node"], kept["actor_train"]["device_mapping"]) == (
         8,

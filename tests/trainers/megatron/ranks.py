@@ -97,6 +97,17 @@ def step_save_step(
     return two_steps(strategy, (2,))
 
 
+def save_step(rank: int, world: int, model_dir: Path, config: dict[str, Any], out: Path) -> Any:
+    """A checkpoint before the first optimizer step (as when no sample was kept)."""
+    strategy = megatron(model_dir, rank, world, **config)
+    strategy.save(out)
+    return two_steps(strategy, (2,))
+
+
+def only_step(rank: int, world: int, model_dir: Path, config: dict[str, Any]) -> Any:
+    return two_steps(megatron(model_dir, rank, world, **config), (2,))
+
+
 def load_step(rank: int, world: int, model_dir: Path, config: dict[str, Any], out: Path) -> Any:
     strategy = megatron(model_dir, rank, world, **config)
     strategy.load(out)

@@ -2,7 +2,7 @@
 and optimizer, DP=2) take bit for bit the same next step as the ranks that wrote it and
 kept going; the checkpoint's Hugging Face folder loads in transformers.
 
-The same holds with ``use_distributed_optimizer: true``."""
+The same holds with ``use_distributed_optimizer: true`` and bf16 parameters."""
 
 from __future__ import annotations
 
@@ -14,19 +14,22 @@ import torch
 pytest.importorskip("megatron.core")
 
 from tests.trainers.megatron.launch import model_dir, spawn
-from tests.trainers.megatron.ranks import load_step, step_save_step
+from tests.trainers.megatron.ranks import load_step, only_step, save_step, step_save_step
 
 CONFIG: dict = {}  # plain megatron-core optimizer
 
 
-def test_distributed_optimizer_resumes_bit_for_bit(tmp_path: Path) -> None:
-    config = {"use_distributed_optimizer": True}
+def test_distributed_optimizer_in_bf16_resumes_bit_for_bit(tmp_path: Path) -> None:
+    """bf16 parameters (ROLL's usual ``dtype``) with fp32 main copies in the
+    distributed optimizer: the half-precision optimizer's checkpoint too."""
+    config = {"use_distributed_optimizer": True, "dtype": "bfloat16"}
     source = model_dir(tmp_path / "model")
     checkpoint = tmp_path / "checkpoint"
     kept_going = spawn(2, step_save_step, source, config, checkpoint)
     resumed = spawn(2, load_step, source, config, checkpoint)  # fresh processes
 
     assert kept_going[0] == resumed[0]
+    assert {tensor.dtype for tensor in kept_going[1].values()} == {torch.bfloat16}
     for name, tensor in kept_going[1].items():
         assert torch.equal(resumed[1][name], tensor), name
 
@@ -49,3 +52,20 @@ def test_resumed_ranks_take_the_uninterrupted_step(tmp_path: Path) -> None:
         for name, tensor in untouched.state_dict().items()
     ]
     assert any(moved)  # the folder holds step 1's weights, not the source's
+
+
+def test_a_checkpoint_before_the_first_step_resumes_with_a_fresh_optimizer(
+    tmp_path: Path,
+) -> None:
+    """Saving needs optimizer tensors; taking them (a zero step) must not count as
+    Adam's first step, neither in the saving process nor in the one that resumes."""
+    config = {"use_distributed_optimizer": True, "dtype": "bfloat16"}
+    source = model_dir(tmp_path / "model")
+    checkpoint = tmp_path / "checkpoint"
+    never_saved = spawn(1, only_step, source, config)
+    saved = spawn(1, save_step, source, config, checkpoint)
+    resumed = spawn(1, load_step, source, config, checkpoint)
+    for run in (saved, resumed):
+        assert run[0] == never_saved[0]
+        for name, tensor in never_saved[1].items():
+            assert torch.equal(run[1][name], tensor), name

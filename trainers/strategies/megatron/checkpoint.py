@@ -47,7 +47,9 @@ def _sharded(strategy: MegatronStrategy, *, is_loading: bool) -> dict[str, objec
 
 def save(strategy: MegatronStrategy, directory: Path) -> None:
     """Every rank: its shards under ``megatron/``; rank 0: ``model/`` (Hugging Face
-    weights, config, tokenizer) and ``megatron.json`` (the step count)."""
+    weights, config, tokenizer) and ``megatron.json`` (the step count, and whether
+    the optimizer has stepped: a checkpoint taken before its first step, as when no
+    sample was kept, resumes with a fresh optimizer)."""
     from megatron.core import dist_checkpointing
     from safetensors.torch import save_file
 
@@ -55,6 +57,8 @@ def save(strategy: MegatronStrategy, directory: Path) -> None:
     weights = {
         name: tensor.detach().clone().contiguous() for name, tensor in strategy.export_weights()
     }
+    with device_mode(), torch.no_grad():
+        fresh = _ensure_optimizer_state(strategy.optimizer)  # its sharded state needs tensors
     if dist.get_rank() == 0:
         (directory / "model").mkdir(parents=True, exist_ok=True)
         save_file(weights, str(directory / "model" / "model.safetensors"))
@@ -62,21 +66,27 @@ def save(strategy: MegatronStrategy, directory: Path) -> None:
             if (strategy.model_path / name).exists():
                 shutil.copy(strategy.model_path / name, directory / "model" / name)
         (directory / "megatron").mkdir(parents=True, exist_ok=True)
-        (directory / "megatron.json").write_text(json.dumps({"step": strategy.step}))
+        meta = {"step": strategy.step, "optimizer_stepped": not fresh}
+        (directory / "megatron.json").write_text(json.dumps(meta))
     dist.barrier()
     with device_mode():
         dist_checkpointing.save(_sharded(strategy, is_loading=False), str(directory / "megatron"))
+    if fresh:
+        _clear_optimizer_state(strategy.optimizer)
     dist.barrier()
 
 
-def _ensure_optimizer_state(optimizer: Any) -> None:
+def _ensure_optimizer_state(optimizer: Any) -> bool:
     """Give a fresh optimizer its (zero) state: megatron-core's sharded state dict
-    needs the tensors to load into, and without Apex or Transformer Engine it reads
-    Adam's ``step``. A step at learning rate 0 on zero gradients moves no weight."""
+    needs the tensors to save or load into, and without Apex or Transformer Engine it
+    reads Adam's ``step``. A step at learning rate 0 on zero gradients moves no weight.
+    Returns whether the optimizer was fresh."""
+    fresh = False
     for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
         torch_optimizer = inner.optimizer
         if torch_optimizer.state:
             continue
+        fresh = True
         saved = [group["lr"] for group in torch_optimizer.param_groups]
         for group in torch_optimizer.param_groups:
             group["lr"] = 0.0
@@ -86,6 +96,13 @@ def _ensure_optimizer_state(optimizer: Any) -> None:
         torch_optimizer.zero_grad(set_to_none=True)
         for group, lr in zip(torch_optimizer.param_groups, saved, strict=True):
             group["lr"] = lr
+    return fresh
+
+
+def _clear_optimizer_state(optimizer: Any) -> None:
+    """Back to a fresh optimizer: Adam's next step is its first."""
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        inner.optimizer.state.clear()
 
 
 def _unshare_adam_steps(optimizer: Any) -> None:
@@ -112,4 +129,7 @@ def load(strategy: MegatronStrategy, directory: Path) -> None:
         strategy.model.load_state_dict(state["model"])
         strategy.optimizer.load_state_dict(state["optimizer"])
         _unshare_adam_steps(strategy.optimizer)
-    strategy.step = int(json.loads((directory / "megatron.json").read_text())["step"])
+    meta = json.loads((directory / "megatron.json").read_text())
+    if not meta.get("optimizer_stepped", True):
+        _clear_optimizer_state(strategy.optimizer)
+    strategy.step = int(meta["step"])

@@ -171,7 +171,11 @@ class MegatronStrategy:
             tp_size=self.groups.tp_size,
             tied=self.tied,
         )
-        return model
+        # megatron-core's half-precision optimizer keeps the fp32 main copies of half
+        # parameters only: its checkpoint maps every optimizer tensor to one of them.
+        # The local spec's torch norms are built in fp32 whatever params_dtype says, so
+        # cast them too, as megatron-core's Float16Module does.
+        return model.to(self.config.params_dtype)
 
     # Forward ------------------------------------------------------------------------
 
