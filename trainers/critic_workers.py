@@ -13,7 +13,6 @@ takes the same step as one process.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,93 +21,33 @@ import torch
 
 from agentgym.cluster.handles import WorkerHandle
 from agentgym.trainers.strategies.base import Metric, MetricReducer, ValueLossFunction
-from agentgym.trainers.workers import TrainerGroup, free_port, spawn_ranks
+from agentgym.trainers.workers import GroupRank, TrainerGroup, spawn_ranks
 from agentgym.trajectory import RolloutBatch
 
 
-class CriticRank:
-    """One critic rank: joins the process group (:meth:`setup`), then builds the critic.
+class CriticRank(GroupRank):
+    """One critic rank: builds the critic
+    (:data:`~agentgym.trainers.strategies.CRITIC_STRATEGIES`; arguments as
+    :class:`~agentgym.trainers.workers.GroupRank`, ``model_path`` the value model's
+    starting folder)."""
 
-    Args:
-        rank: This rank.
-        world_size: Ranks in the group.
-        strategy_name: A key of :data:`~agentgym.trainers.strategies.CRITIC_STRATEGIES`.
-        model_path: The value model's starting folder.
-        strategy_config: ROLL's ``strategy_config`` for the critic.
-        settings: The critic's settings (see :func:`~agentgym.trainers.strategies.build_critic`).
-    """
-
-    def __init__(
-        self,
-        rank: int,
-        world_size: int,
-        strategy_name: str,
-        model_path: str,
-        strategy_config: Mapping[str, Any],
-        settings: Mapping[str, Any],
-    ) -> None:
-        self.rank = rank
-        self.world_size = world_size
-        self.strategy_name = strategy_name
-        self.model_path = model_path
-        self.strategy_config = dict(strategy_config)
-        self.settings = dict(settings)
-        self.critic: Any = None
-
-    def free_port(self) -> int:
-        """A TCP port free on this rank's machine (rank 0 hosts the process group)."""
-        return free_port()
-
-    def setup(self, master_address: str | None, master_port: int | None) -> None:
-        """Join the process group at rank 0's address (several ranks), then build the critic."""
+    def build(self) -> Any:
+        """See :func:`~agentgym.trainers.strategies.build_critic`."""
         from agentgym.trainers.strategies import build_critic
 
-        if self.world_size > 1:
-            import torch.distributed as dist
-
-            dist.init_process_group(
-                "nccl" if torch.cuda.is_available() else "gloo",
-                init_method=f"tcp://{master_address}:{master_port}",
-                rank=self.rank,
-                world_size=self.world_size,
-            )
-        self.critic = build_critic(
+        return build_critic(
             self.strategy_name, Path(self.model_path), self.strategy_config, **self.settings
         )
 
-    def pid(self) -> int:
-        """This rank's process id."""
-        return os.getpid()
-
     def values(self, batch: RolloutBatch) -> torch.Tensor:
         """See :meth:`Critic.values`."""
-        return self.critic.values(batch)
+        return self.strategy.values(batch)
 
     def train_step(
         self, micro_batches: Sequence[RolloutBatch], loss_fn: ValueLossFunction
     ) -> dict[str, Metric]:
         """This rank's share of micro-batches, then the group's optimizer step."""
-        return self.critic.train_step(micro_batches, loss_fn)
-
-    def save(self, directory: str) -> None:
-        """Rank 0 writes the critic (every rank holds the same state)."""
-        if self.rank == 0:
-            self.critic.save(Path(directory))
-
-    def load(self, directory: str) -> None:
-        """Every rank restores the critic."""
-        self.critic.load(Path(directory))
-
-    def train(self, mode: bool = True) -> None:
-        """See :meth:`TorchCritic.train`."""
-        self.critic.train(mode)
-
-    def close(self) -> None:
-        """Leave the process group."""
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+        return self.strategy.train_step(micro_batches, loss_fn)
 
 
 class CriticGroup:
@@ -129,7 +68,7 @@ class CriticGroup:
 
     def values(self, batch: RolloutBatch) -> torch.Tensor:
         """``[B, T]``: the batch's rows split over the ranks."""
-        return self._ranks._rows_logprobs("values", batch)
+        return self._ranks.call_on_rows("values", batch)
 
     def train_step(
         self, micro_batches: Sequence[RolloutBatch], loss_fn: ValueLossFunction
@@ -142,7 +81,7 @@ class CriticGroup:
         from agentgym.trainers.workers import _deal
 
         shares = _deal(list(micro_batches), self.world_size)
-        results = self._ranks._all("train_step", [(share, loss_fn) for share in shares])
+        results = self._ranks.call_each("train_step", [(share, loss_fn) for share in shares])
         reducer = MetricReducer()
         for metrics in results:
             reducer.add(metrics)

@@ -38,16 +38,17 @@ def is_collective(strategy: Any) -> bool:
     return bool(getattr(type(strategy), "collective_io", False))
 
 
-class TrainerRank:
-    """One rank: joins the process group (:meth:`setup`), then builds the strategy.
+class GroupRank:
+    """One rank of a worker group: joins the process group (:meth:`setup`), then
+    builds what :meth:`build` returns (``strategy``); saves, loads and leaves.
 
     Args:
         rank: This rank.
         world_size: Ranks in the group.
-        strategy_name: A key of :data:`~agentgym.trainers.strategies.STRATEGIES`.
-        model_path: The policy's Hugging Face folder.
+        strategy_name: A key of the strategies :meth:`build` chooses from.
+        model_path: The model's Hugging Face folder.
         strategy_config: ROLL's ``strategy_config`` for the strategy.
-        settings: The role's settings (see :func:`~agentgym.trainers.strategies.build_strategy`).
+        settings: The role's settings (keyword arguments of :meth:`build`'s builder).
         backend: ``gloo`` or ``nccl`` (None: NCCL when CUDA is available, else gloo).
     """
 
@@ -70,7 +71,10 @@ class TrainerRank:
         self.settings = dict(settings)
         self.backend = backend
         self.strategy: Any = None
-        self._export: Iterator[dict[str, torch.Tensor]] = iter(())
+
+    def build(self) -> Any:
+        """This rank's strategy (after the process group is joined)."""
+        raise NotImplementedError
 
     def free_port(self) -> int:
         """A TCP port free on this rank's machine (rank 0 hosts the process group)."""
@@ -79,8 +83,6 @@ class TrainerRank:
     def setup(self, master_address: str | None, master_port: int | None) -> None:
         """Join the process group at rank 0's address (several ranks), then build
         the strategy; every rank calls this at the same time."""
-        from agentgym.trainers.strategies import build_strategy
-
         if self.world_size > 1:
             if master_address is None or master_port is None:
                 raise ValueError("a group of several ranks needs master_address and master_port")
@@ -93,13 +95,49 @@ class TrainerRank:
                 rank=self.rank,
                 world_size=self.world_size,
             )
-        self.strategy = build_strategy(
-            self.strategy_name, Path(self.model_path), self.strategy_config, **self.settings
-        )
+        self.strategy = self.build()
 
     def pid(self) -> int:
         """This rank's process id."""
         return os.getpid()
+
+    def save(self, directory: str) -> None:
+        """Write the checkpoint: rank 0 alone (every rank holds the same state),
+        or every rank for a collective strategy (see :func:`is_collective`)."""
+        if self.rank == 0 or is_collective(self.strategy):
+            self.strategy.save(Path(directory))
+
+    def load(self, directory: str) -> None:
+        """Every rank restores the checkpoint."""
+        self.strategy.load(Path(directory))
+
+    def train(self, mode: bool = True) -> None:
+        """The model to training or evaluation mode."""
+        self.strategy.train(mode)
+
+    def close(self) -> None:
+        """Leave the process group."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class TrainerRank(GroupRank):
+    """One policy rank: builds the strategy
+    (:data:`~agentgym.trainers.strategies.STRATEGIES`; arguments as :class:`GroupRank`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._export: Iterator[dict[str, torch.Tensor]] = iter(())
+
+    def build(self) -> Any:
+        """See :func:`~agentgym.trainers.strategies.build_strategy`."""
+        from agentgym.trainers.strategies import build_strategy
+
+        return build_strategy(
+            self.strategy_name, Path(self.model_path), self.strategy_config, **self.settings
+        )
 
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         """See :meth:`Strategy.logprobs`."""
@@ -134,27 +172,6 @@ class TrainerRank:
         """The next bucket of the export :meth:`open_export` started (detached CPU
         copies by Hugging Face name), or None after the last."""
         return next(self._export, None)
-
-    def save(self, directory: str) -> None:
-        """Write the checkpoint: rank 0 alone (every rank holds the same state),
-        or every rank for a collective strategy (see :func:`is_collective`)."""
-        if self.rank == 0 or is_collective(self.strategy):
-            self.strategy.save(Path(directory))
-
-    def load(self, directory: str) -> None:
-        """Every rank restores the checkpoint."""
-        self.strategy.load(Path(directory))
-
-    def train(self, mode: bool = True) -> None:
-        """See :meth:`Strategy.train`."""
-        self.strategy.train(mode)
-
-    def close(self) -> None:
-        """Leave the process group."""
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
 
 
 def start_trainer_group(
@@ -220,7 +237,7 @@ def spawn_ranks(
     if world > 1:
         address = cluster.node_address(placements[0].node)
         port = handles[0].call_sync("free_port", timeout=rpc_timeout)
-    group._all("setup", [(address, port)] * world)
+    group.call_each("setup", [(address, port)] * world)
     return group
 
 
@@ -251,8 +268,9 @@ class TrainerGroup:
         """Ranks in the group."""
         return len(self.handles)
 
-    def _all(self, method: str, args: Sequence[Sequence[Any]]) -> list[Any]:
-        """Call ``method`` on every rank, rank ``r`` with ``args[r]``, at the same time."""
+    def call_each(self, method: str, args: Sequence[Sequence[Any]]) -> list[Any]:
+        """Call ``method`` on every rank, rank ``r`` with ``args[r]``, at the same time;
+        their results in rank order."""
 
         async def gather() -> list[Any]:
             return list(
@@ -275,7 +293,8 @@ class TrainerGroup:
             parts.append(batch.rows(rows, width=max(width, 1)))
         return parts
 
-    def _rows_logprobs(self, method: str, batch: RolloutBatch) -> torch.Tensor:
+    def call_on_rows(self, method: str, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, T]``: ``method`` on the batch's rows split over the ranks, concatenated."""
         if self.world_size == 1:
             return self.handles[0].call_sync(method, batch, timeout=self.rpc_timeout)
         parts = self._split_rows(batch)
@@ -292,11 +311,11 @@ class TrainerGroup:
 
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         """``[B, T]``: the batch's rows split over the ranks."""
-        return self._rows_logprobs("logprobs", batch)
+        return self.call_on_rows("logprobs", batch)
 
     def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         """``[B, T]`` under the reference, rows split over the ranks."""
-        return self._rows_logprobs("reference_logprobs", batch)
+        return self.call_on_rows("reference_logprobs", batch)
 
     def train_step(
         self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction
@@ -306,7 +325,7 @@ class TrainerGroup:
         The metrics are folded in the micro-batches' order, as one process folds them.
         """
         shares = _deal(list(micro_batches), self.world_size)
-        results = self._all("train_step", [(share, loss_fn) for share in shares])
+        results = self.call_each("train_step", [(share, loss_fn) for share in shares])
         reducer = MetricReducer()
         for per_micro, _ in results:
             for metrics in per_micro:
@@ -328,23 +347,23 @@ class TrainerGroup:
         """Call ``method`` on the first ``ranks`` ranks at the same time."""
         if ranks == 1:
             return [self.handles[0].call_sync(method, *args, timeout=self.rpc_timeout)]
-        return self._all(method, [args] * ranks)
+        return self.call_each(method, [args] * ranks)
 
     def save(self, directory: Path) -> None:
         """Rank 0 writes the checkpoint (every rank, for a collective strategy)."""
-        self._all("save", [(str(directory),)] * self.world_size)
+        self.call_each("save", [(str(directory),)] * self.world_size)
 
     def load(self, directory: Path) -> None:
         """Every rank loads the checkpoint."""
-        self._all("load", [(str(directory),)] * self.world_size)
+        self.call_each("load", [(str(directory),)] * self.world_size)
 
     def train(self, mode: bool = True) -> None:
         """Every rank's model to training or evaluation mode."""
-        self._all("train", [(mode,)] * self.world_size)
+        self.call_each("train", [(mode,)] * self.world_size)
 
     def close(self) -> None:
         """Every rank leaves the process group."""
-        self._all("close", [()] * self.world_size)
+        self.call_each("close", [()] * self.world_size)
 
 
 def _deal(items: list[Any], parts: int) -> list[list[Any]]:
