@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import secrets
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -28,7 +29,13 @@ from agentgym.cluster import WorkerHandle
 from agentgym.cluster.placement import spread
 from agentgym.envs.text_env import TextEnv
 from agentgym.rollout.worker_client import WorkerChannel, WorkerEnv
-from agentgym.rollout.workers import EnvBuild, EnvClient, EnvWorker, LocalEnv
+from agentgym.rollout.workers import (
+    WORKER_SWITCH_INTERVAL,
+    EnvBuild,
+    EnvClient,
+    EnvWorker,
+    LocalEnv,
+)
 
 if TYPE_CHECKING:
     from agentgym.cluster import Cluster
@@ -37,8 +44,8 @@ CLOSE_TIMEOUT = 30.0
 """Seconds an env worker is given to close its envs before it is killed."""
 
 WORKER_CONCURRENCY = 4
-"""Calls an env worker serves at once: an exchange, a submit, a close or a probe (its
-envs play in threads of its own, one per env)."""
+"""Ray calls an env worker serves at once (``data_address``, ``close``, probes); its
+requests come over its data plane, and its envs play in threads of its own."""
 
 
 @dataclass(frozen=True)
@@ -232,12 +239,16 @@ class EnvManager:
             per_worker = math.ceil(len(builds) / cluster.num_nodes)
         registrations = _registrations({build.name for build in builds})
         chunks = [builds[i : i + per_worker] for i in range(0, len(builds), per_worker)]
+        key = secrets.token_bytes(32)  # the workers' data plane takes requests from us only
         for rank, node in enumerate(spread(len(chunks), cluster.num_nodes)):
             self.workers.append(
                 cluster.spawn(
                     EnvWorker,
                     chunks[rank],
                     registrations,
+                    (cluster.node_address(node), key),
+                    # a process of its own: a longer switch interval keeps it busy
+                    WORKER_SWITCH_INTERVAL if cluster.kind == "ray" else None,
                     name=f"env_worker[{rank}]",
                     node=node,
                     concurrency=WORKER_CONCURRENCY,
@@ -246,7 +257,7 @@ class EnvManager:
             )
         clients = []
         for handle in self.workers:  # waits for the envs to be built; raises their errors
-            channel = WorkerChannel(handle)
+            channel = WorkerChannel(handle, key)
             modes = handle.call_sync("render_modes")
             clients += [WorkerEnv(channel, index, mode) for index, mode in enumerate(modes)]
         return clients

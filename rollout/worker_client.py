@@ -1,15 +1,12 @@
 """The driver's side of env workers: a channel per worker, a client per env.
 
-A Ray call costs the driver about a millisecond, as much as a whole
-in-process env-turn, so the envs of one worker share a
-:class:`WorkerChannel` that keeps one :meth:`EnvWorker.exchange
-<agentgym.rollout.workers.EnvWorker.exchange>` call in flight: it carries
-every request queued since the last one and brings back every answer
-finished meanwhile. The worker answers soon after a first request finishes
-(:data:`LINGER`), so a slow env holds back no other env; requests that queue
-while an exchange waits go to the worker on their own after
-:data:`SUBMIT_AFTER` (``submit``), so the worker does not run dry waiting
-for the exchange to come back.
+The envs of one worker share a :class:`WorkerChannel`: a connection to the
+worker's data plane (:mod:`agentgym.rollout.data_plane`), opened on first
+use in each event loop. Requests made in one turn of the loop go in one
+message; a reader task hands each answer to the request that waits for it.
+Ray is used to find the worker (``data_address``) and, when its process
+dies, to restart it; the requests themselves never go through Ray, whose
+calls cost the driver about a millisecond each.
 """
 
 from __future__ import annotations
@@ -17,81 +14,71 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-import uuid
 from typing import Any
 
 from agentgym.cluster import RpcTimeoutError, WorkerDiedError, WorkerHandle
+from agentgym.rollout.data_plane import connect, read_frame, write_frame
 from agentgym.rollout.workers import EnvAnswer, EnvLostError, EnvRequest, EnvReset, EnvStep
 
-LONG_POLL = 1.0
-"""Seconds an exchange waits on the worker for a first answer."""
+HEARTBEAT = 1.0
+"""Seconds without a message, while requests wait, after which the channel asks the
+worker whether it is alive (an empty message, answered at once)."""
 
-LINGER = 0.002
-"""Seconds an exchange that has an answer waits for more while the worker's other
-requests are still running (fewer calls, each about a millisecond of the driver's CPU)."""
-
-SUBMIT_AFTER = 0.001
-"""Seconds after which requests queued while an exchange waits are sent on their own
-(:meth:`EnvWorker.submit <agentgym.rollout.workers.EnvWorker.submit>`)."""
-
-EXCHANGE_GRACE = 60.0
-"""Seconds beyond :data:`LONG_POLL` after which an unanswered exchange means a lost worker."""
+SILENCE_LIMIT = 60.0
+"""Seconds beyond :data:`HEARTBEAT` of silence after which a worker counts as lost."""
 
 RESTART_WAIT = 300.0
 """Seconds an episode's reset waits for its restarting env worker (which rebuilds its envs)."""
 
 
 class WorkerChannel:
-    """Carries the requests of one worker's envs, in batches, one exchange in flight.
+    """Carries the requests of one worker's envs over its data-plane connection.
 
     The channel belongs to the event loop that uses it; a new loop (the next
-    rollout's ``asyncio.run``) starts a new session and forgets the old one.
+    rollout's ``asyncio.run``) opens a new connection, which makes the worker
+    drop what the old one left.
 
     Args:
-        handle: The worker's handle.
-        wait: Seconds an exchange waits on the worker for a first answer.
-        linger: Seconds an exchange with an answer waits for more (see :data:`LINGER`).
-        submit_after: Seconds after which queued requests go to the worker on their own.
+        handle: The worker's handle (Ray finds the worker's address through it).
+        key: The key the worker was given (``serve_on``).
+        heartbeat: See :data:`HEARTBEAT`.
+        silence_limit: See :data:`SILENCE_LIMIT`.
     """
 
     def __init__(
         self,
         handle: WorkerHandle,
+        key: bytes,
         *,
-        wait: float = LONG_POLL,
-        linger: float = LINGER,
-        submit_after: float = SUBMIT_AFTER,
+        heartbeat: float = HEARTBEAT,
+        silence_limit: float = SILENCE_LIMIT,
     ) -> None:
         self.handle = handle
-        self.wait = wait
-        self.linger = linger
-        self.submit_after = submit_after
-        self.exchanges = 0
+        self.key = key
+        self.heartbeat = heartbeat
+        self.silence_limit = silence_limit
+        self.messages = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ids = itertools.count()
-        self._session = ""
         self._queue: list[EnvRequest] = []
         self._futures: dict[int, asyncio.Future[Any]] = {}
-        self._pump: asyncio.Task[None] | None = None
-        self._in_flight = False
-        self._submit_due = False
-        self._background: set[asyncio.Task[Any]] = set()
+        self._reader: asyncio.Task[None] | None = None
+        self._writer: Any = None
+        self._flush_due = False
 
     def _bind(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
-            self._loop, self._session = loop, uuid.uuid4().hex
-            self._queue, self._futures, self._pump = [], {}, None
-            self._in_flight = self._submit_due = False
-            self._background = set()
+            self._loop, self._queue, self._futures = loop, [], {}
+            self._reader, self._writer, self._flush_due = None, None, False
         return loop
 
     async def request(self, method: str, *args: Any) -> Any:
-        """Call ``method`` of the worker with ``args`` in the next exchange.
+        """Call ``method`` of the worker with ``args`` (sent with this turn's other requests).
 
         Raises:
             WorkerDiedError: If the worker died (or is restarting).
-            RpcTimeoutError: If an exchange went unanswered.
+            RpcTimeoutError: If the worker went silent.
             Exception: Whatever the method raised on the worker.
         """
         loop = self._bind()
@@ -99,68 +86,68 @@ class WorkerChannel:
         request = EnvRequest(next(self._ids), method, args)
         self._futures[request.id] = future
         self._queue.append(request)
-        if self._pump is None:
-            self._pump = loop.create_task(self._run())
-        elif self._in_flight and not self._submit_due:
-            self._submit_due = True
-            loop.call_later(self.submit_after, self._submit_queued)
+        if self._reader is None:
+            self._reader = loop.create_task(self._serve())
+        elif self._writer is not None and not self._flush_due:
+            self._flush_due = True
+            loop.call_soon(self._flush)
         return await future
 
-    async def _run(self) -> None:
+    def _flush(self) -> None:
+        self._flush_due = False
+        if self._queue and self._writer is not None:
+            self.messages += 1
+            write_frame(self._writer, self._queue)
+            self._queue = []
+
+    async def _serve(self) -> None:
+        """Connect, send what queued meanwhile, then read answers until the loop ends
+        or the connection fails (which fails every request waiting on it)."""
+        writer = None
         try:
-            while self._futures:
-                batch, self._queue = self._queue, []
-                self.exchanges += 1
-                self._in_flight = True
+            host, port = await self.handle.call("data_address")
+            reader, writer = await connect(host, port, self.key)
+            self._writer = writer
+            self._flush()
+            silent = 0.0
+            while True:
                 try:
-                    answers: list[EnvAnswer] = await self.handle.call(
-                        "exchange",
-                        self._session,
-                        batch,
-                        self.wait,
-                        self.linger,
-                        timeout=self.wait + self.linger + EXCHANGE_GRACE,
-                    )
-                except Exception as error:  # the worker is gone: so are its requests
-                    for future in self._futures.values():
-                        if not future.done():
-                            future.set_exception(error)
-                    self._futures.clear()
-                    self._queue = []
-                    return
-                finally:
-                    self._in_flight = False
-                for answer in answers:
-                    if answer.id not in self._futures:
+                    answers: list[EnvAnswer] = await read_frame(reader, self.heartbeat)
+                except TimeoutError:
+                    for key in [k for k, f in self._futures.items() if f.cancelled()]:
+                        del self._futures[key]  # their answers are dropped when they come
+                    if not self._futures:  # nothing is waiting: no need to hear from it
+                        silent = 0.0
                         continue
-                    future = self._futures.pop(answer.id)
-                    if future.done():  # cancelled by its episode
+                    silent += self.heartbeat
+                    if silent > self.silence_limit:
+                        raise RpcTimeoutError(
+                            f"{self.handle.name}: no answer in {silent:.0f} s "
+                            f"({len(self._futures)} requests waiting)"
+                        ) from None
+                    write_frame(writer, [])
+                    continue
+                silent = 0.0
+                for answer in answers:
+                    future = self._futures.pop(answer.id, None)
+                    if future is None or future.done():  # cancelled by its episode
                         continue
                     if answer.ok:
                         future.set_result(answer.value)
                     else:
                         future.set_exception(answer.value)
-                for key in [k for k, f in self._futures.items() if f.cancelled()]:
-                    del self._futures[key]  # their answers are dropped when they come
-        finally:
-            self._pump = None
-
-    def _submit_queued(self) -> None:
-        self._submit_due = False
-        if self._in_flight and self._queue and self._loop:  # else the next exchange takes them
-            batch, self._queue = self._queue, []
-            task = self._loop.create_task(self._submit(batch))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-
-    async def _submit(self, batch: list[EnvRequest]) -> None:
-        try:
-            await self.handle.call("submit", self._session, batch)
-        except Exception as error:  # the worker never got them
-            for request in batch:
-                future = self._futures.pop(request.id, None)
-                if future is not None and not future.done():
+        except Exception as error:  # the worker is gone: so are its requests
+            lost = (OSError, EOFError, asyncio.IncompleteReadError)
+            if isinstance(error, lost) and not isinstance(error, RpcTimeoutError):
+                error = WorkerDiedError(f"{self.handle.name}: its connection failed ({error!r})")
+            for future in self._futures.values():
+                if not future.done():
                     future.set_exception(error)
+            self._futures, self._queue = {}, []
+        finally:
+            if writer is not None:
+                writer.close()
+            self._reader = self._writer = None
 
 
 class WorkerEnv:

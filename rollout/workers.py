@@ -12,9 +12,9 @@ next), so it does not know where the env lives:
   process and interpreter lock.
 
 An :class:`EnvWorker` holds up to ``max_env_num_per_worker`` envs and plays
-them in as many threads. The driver sends it requests in batches
-(:meth:`EnvWorker.exchange`: start these, return what has finished), since
-one Ray call costs about as much driver time as a whole in-process env-turn.
+them in as many threads. The driver sends it requests over a socket of its
+own (:mod:`agentgym.rollout.data_plane`), not as Ray calls: one Ray call
+costs about as much driver time as a whole in-process env-turn.
 A worker's process may die (killed, out of memory); Ray then restarts it,
 which builds its envs anew. Every reset names the worker's *incarnation*, so
 an episode that began before a restart is not continued on a fresh env: its
@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
-import threading
+import sys
 import traceback
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -38,8 +38,19 @@ from agentgym import registry
 from agentgym.envs.adapter import make_text_env
 from agentgym.envs.scripted import Agent, make_agent
 from agentgym.envs.text_env import TextEnv
+from agentgym.rollout.data_plane import RequestServer
 
 _T = TypeVar("_T")
+
+WORKER_SWITCH_INTERVAL = 0.05
+"""Seconds a thread of an env worker's process may hold the interpreter lock while
+others wait (Python's default is 0.005). With the default, the CPU-bound steps of a
+worker's envs are sliced finely and all finish together, so its envs move in step
+and the worker idles while they all wait on the driver for their next turn; with
+50 ms a step mostly runs to its end, the envs drift apart, and the worker stays busy
+(2 workers on 2 cores, 10 ms tool steps: 1.53× the in-process rollout with 5 ms,
+1.99× with 50 ms; ``benchmarks/README.md``). Envs that wait on I/O or a subprocess
+release the lock at once, as before."""
 
 
 class EnvLostError(RuntimeError):
@@ -206,14 +217,26 @@ class EnvWorker:
         builds: The envs to make, in order (their index on this worker).
         registrations: Envs registered in the driver's code (not by an entry
             point every process sees), registered here before the envs are made.
+        serve_on: The address to listen on for the driver's requests and the key
+            it proves (see :mod:`agentgym.rollout.data_plane`); None: no data plane
+            (the worker is only called directly).
+        switch_interval: The process's interpreter switch interval
+            (``sys.setswitchinterval``), for a worker with a process of its own;
+            None leaves it alone. See :data:`WORKER_SWITCH_INTERVAL`.
     """
 
     SERVED = frozenset({"reset", "step", "render", "act"})
     """Methods an :class:`EnvRequest` may name."""
 
     def __init__(
-        self, builds: Sequence[EnvBuild], registrations: Sequence[registry.EnvSpec] = ()
+        self,
+        builds: Sequence[EnvBuild],
+        registrations: Sequence[registry.EnvSpec] = (),
+        serve_on: tuple[str, bytes] | None = None,
+        switch_interval: float | None = None,
     ) -> None:
+        if switch_interval is not None:
+            sys.setswitchinterval(switch_interval)
         for spec in registrations:
             if spec.name not in registry.list_envs():
                 registry.register(spec.name, spec.entry_point, id=spec.id, kwargs=spec.kwargs)
@@ -222,54 +245,35 @@ class EnvWorker:
         self._agents: dict[int, tuple[str, Agent]] = {}
         self._closed = False
         self._pool = ThreadPoolExecutor(max(1, len(self.envs)), thread_name_prefix="env")
-        self._ready = threading.Condition()
-        self._answers: list[EnvAnswer] = []
-        self._session = ""
-        self._running = 0
+        self._server = None if serve_on is None else RequestServer(*serve_on, self._start)
 
-    def exchange(
-        self, session: str, requests: Sequence[EnvRequest], wait: float, linger: float = 0.0
-    ) -> list[EnvAnswer]:
-        """Start ``requests`` in this worker's threads; return the answers finished so far.
+    def data_address(self) -> tuple[str, int]:
+        """Where the worker listens for requests (host, port).
 
-        Waits up to ``wait`` seconds for a first answer,
-        then up to ``linger`` seconds more while requests are still running, so
-        that answers finishing close together come back in one call (each call
-        costs the driver about a millisecond). Answers are kept for the latest
-        ``session`` only: a driver that starts a new session (a new rollout)
-        drops what an abandoned one left.
+        Raises:
+            RuntimeError: If the worker was made without ``serve_on``.
         """
-        self.submit(session, requests)
-        with self._ready:
-            self._ready.wait_for(lambda: bool(self._answers), timeout=wait)
-            if self._answers and linger > 0:
-                self._ready.wait_for(lambda: self._running == 0, timeout=linger)
-            answers, self._answers = self._answers, []
-        return answers
+        if self._server is None:
+            raise RuntimeError("this env worker was made without a data plane (serve_on)")
+        return self._server.address
 
-    def submit(self, session: str, requests: Sequence[EnvRequest]) -> None:
-        """Start ``requests`` now; their answers come back through :meth:`exchange`
-        (the driver sends requests that queue while an exchange waits this way,
-        without ending that exchange)."""
-        with self._ready:
-            if session != self._session:
-                self._session, self._answers = session, []
-            self._running += len(requests)
-        for request in requests:
-            self._pool.submit(self._serve, session, request)
-
-    def _serve(self, session: str, request: EnvRequest) -> None:
+    def serve(self, request: EnvRequest) -> EnvAnswer:
+        """Run one request here and now: its result, or the exception it raised."""
         try:
             if request.method not in self.SERVED:
                 raise ValueError(f"{request.method!r} is not one of {sorted(self.SERVED)}")
-            answer = EnvAnswer(request.id, True, getattr(self, request.method)(*request.args))
+            return EnvAnswer(request.id, True, getattr(self, request.method)(*request.args))
         except Exception as error:
-            answer = EnvAnswer(request.id, False, _portable(error))
-        with self._ready:
-            self._running -= 1
-            if session == self._session:
-                self._answers.append(answer)
-            self._ready.notify_all()
+            return EnvAnswer(request.id, False, _portable(error))
+
+    def _start(self, connection: int, requests: Sequence[EnvRequest]) -> None:
+        for request in requests:
+            self._pool.submit(self._answer, connection, request)
+
+    def _answer(self, connection: int, request: EnvRequest) -> None:
+        answer = self.serve(request)
+        if self._server is not None:
+            self._server.answer(connection, answer)
 
     def render_modes(self) -> list[str | None]:
         """Each env's render mode."""
@@ -326,6 +330,8 @@ class EnvWorker:
         """Close every env (once)."""
         if not self._closed:
             self._closed = True
+            if self._server is not None:
+                self._server.close()
             self._pool.shutdown(wait=False, cancel_futures=True)
             for env in self.envs:
                 env.close()

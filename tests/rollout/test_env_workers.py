@@ -34,7 +34,7 @@ from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, RolloutResult, collect
 from agentgym.rollout.metrics import failure_report
 from agentgym.rollout.worker_client import WorkerEnv
-from agentgym.rollout.workers import EnvAnswer, EnvBuild, EnvLostError, EnvRequest, EnvWorker
+from agentgym.rollout.workers import EnvWorker
 from agentgym.trajectory import Trajectory
 from tests.rollout.envs import AddToolEnv, CountEnv, registered
 
@@ -400,40 +400,6 @@ def test_a_killed_worker_fails_its_episodes_and_comes_back(
     assert all(t.success for t in next_round.trajectories)
 
 
-def test_submitted_requests_come_back_through_the_waiting_exchange_and_linger_groups_them() -> None:
-    with registered("slow_count_s", lambda **kw: CountEnv(delay=0.2, **kw)):
-        worker = EnvWorker([EnvBuild("slow_count_s") for _ in range(3)])
-    try:
-        resets = [EnvRequest(i, "reset", (i, 7)) for i in range(3)]
-        answers = worker.exchange("s", resets, wait=5.0, linger=1.0)
-        # resets are quick: the linger ends when nothing runs any more, with all three
-        assert sorted(a.id for a in answers) == [0, 1, 2]
-        incarnation = answers[0].value[0]
-        steps = [
-            EnvRequest(3 + i, "step", (i, incarnation, "<answer>Inc</answer>")) for i in range(2)
-        ]
-        worker.submit("s", steps[:1])  # sent while no exchange waits
-        worker.submit("s", steps[1:])
-        # their answers come back through exchanges that carry no request of their own
-        first = worker.exchange("s", [], wait=5.0, linger=0.0)
-        rest = [] if len(first) == 2 else worker.exchange("s", [], wait=5.0, linger=0.0)
-        assert sorted(a.id for a in first + rest) == [3, 4]
-        assert all(a.ok for a in first + rest)
-        step = EnvRequest(5, "step", (1, incarnation, "<answer>Inc</answer>"))
-        quick = EnvRequest(6, "render", (0,))
-        # the render answers at once; linger 0 returns it without waiting for the step
-        (alone,) = worker.exchange("s", [step, quick], wait=5.0, linger=0.0)
-        assert alone.id == 6
-        (late,) = worker.exchange("s", [], wait=5.0, linger=0.0)
-        assert late.id == 5 and late.ok
-        # with a linger, the render's answer waits for the step's: one call brings both
-        step = EnvRequest(7, "step", (2, incarnation, "<answer>Inc</answer>"))
-        both = worker.exchange("s", [step, EnvRequest(8, "render", (0,))], wait=5.0, linger=5.0)
-        assert sorted(a.id for a in both) == [7, 8]
-    finally:
-        worker.close()
-
-
 def test_a_slow_env_does_not_hold_back_its_workers_other_envs(
     cluster: Cluster, tiny_tokenizer: Any
 ) -> None:
@@ -444,7 +410,7 @@ def test_a_slow_env_does_not_hold_back_its_workers_other_envs(
             env_groups=4,
             group_size=1,
             cluster=cluster,
-            max_env_num_per_worker=4,  # all four on one worker, sharing its exchanges
+            max_env_num_per_worker=4,  # all four on one worker, sharing its connection
         )
         order: list[str] = []
         try:
@@ -462,35 +428,3 @@ def test_a_slow_env_does_not_hold_back_its_workers_other_envs(
     assert len(manager.workers) == 0 and len(order) == 4
     assert order[-1] == "slow_count"
     assert all(t.success for t in result.trajectories)
-
-
-def test_an_exchange_answers_each_request_once_and_per_session() -> None:
-    with registered("slow_count_x", lambda **kw: CountEnv(delay=0.3, **kw)):
-        worker = EnvWorker([EnvBuild("slow_count_x"), EnvBuild("slow_count_x")])
-    try:
-        requests = [
-            EnvRequest(0, "reset", (0, 7)),
-            EnvRequest(1, "reset", (1, 7)),
-            EnvRequest(2, "close", ()),
-        ]
-        answers: list[EnvAnswer] = []
-        while len(answers) < 3:
-            answers += worker.exchange("first", requests if not answers else [], wait=5.0)
-        by_id = {answer.id: answer for answer in answers}
-        assert sorted(by_id) == [0, 1, 2]
-        assert by_id[0].ok and by_id[1].ok
-        incarnation, start = by_id[0].value
-        assert start.observation == by_id[1].value[1].observation  # the same seed
-        assert by_id[2].ok is False and isinstance(by_id[2].value, ValueError)
-        assert "raised on the env worker" in "".join(getattr(by_id[2].value, "__notes__", []))
-        assert worker.exchange("first", [], wait=0.05) == []  # nothing running, nothing new
-        step = EnvRequest(3, "step", (0, incarnation, "<answer>Inc</answer>"))
-        assert worker.exchange("second", [step], wait=0.0) == []  # the step takes 0.3 s
-        assert (
-            worker.exchange("third", [], wait=1.0) == []
-        )  # the second session's answer is dropped
-        lost = EnvRequest(4, "step", (1, "an old incarnation", "<answer>Inc</answer>"))
-        (answer,) = worker.exchange("third", [lost], wait=5.0)
-        assert answer.ok is False and isinstance(answer.value, EnvLostError)
-    finally:
-        worker.close()
