@@ -1,11 +1,15 @@
 """Env workers against in-process envs (the anchor), with pytest-benchmark.
 
-Each group holds the same scripted-solver rollout twice: every env in this
-process (the loop's thread pool, one interpreter lock) and the envs on 2 env
-workers of a local Ray instance. Groups:
+The throughput benchmarks play the same scripted-solver rollout two ways,
+every env in this process (the loop's thread pool, one interpreter lock) and
+the envs on 2 env workers of a local Ray instance, and alternate them round
+by round (anchor, contender, anchor, ...): this machine's speed drifts by
+20-30 % within minutes, so each ratio compares two rounds a second apart.
+pytest-benchmark times the contender; the anchor's rounds, each round's
+ratio and their median are in ``extra_info`` and printed. Groups:
 
 - ``env workers: CPU-bound tool env``: :class:`PrimeToolEnv` (a pure-Python
-  tool call of about 10 ms per episode), 64 envs × 4 episodes;
+  tool call of about 10 or 40 ms per episode), 64 envs × 8 or 4 episodes;
 - ``env workers: WebShop 100k oracle``: WebShop at 100,000 products with its
   oracle, 64 envs × 2 episodes (the 100k shop is built once, about a minute);
 - ``env workers: manager overhead, 1,024 envs``: the rollout benchmark's instant
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -69,42 +74,77 @@ def _measure(benchmark: Any, label: str, run: Callable[[], int], rounds: int = 3
     )
 
 
-def _rollout(rollout: Rollout, benchmark: Any, label: str) -> None:
+def _interleaved(
+    benchmark: Any, label: str, anchor: Rollout, contender: Rollout, rounds: int = 5
+) -> None:
+    """Time ``contender`` with pytest-benchmark, an ``anchor`` round before each of its
+    rounds (in the benchmark's untimed setup); print and record the ratios."""
+    anchor_rates: list[float] = []
+    turns: list[int] = []
+
+    def anchor_round() -> None:
+        start = time.perf_counter()
+        played = anchor.run()
+        anchor_rates.append(played / (time.perf_counter() - start))
+
+    def contender_round() -> None:
+        turns.append(contender.run())
+
     try:
-        _measure(benchmark, label, rollout.run)
+        anchor.run(), contender.run()  # warm-up: worker start, first resets, caches
+        benchmark.pedantic(contender_round, setup=anchor_round, rounds=rounds, iterations=1)
     finally:
-        rollout.manager.close()
+        anchor.manager.close()
+        contender.manager.close()
+    rates = [n / t for n, t in zip(turns, benchmark.stats.stats.data, strict=True)]
+    ratios = [ours / theirs for ours, theirs in zip(rates, anchor_rates, strict=True)]
+    median = statistics.median(ratios)
+    benchmark.extra_info.update(
+        anchor_turns_per_second=anchor_rates,
+        turns_per_second=rates,
+        ratios=ratios,
+        median_ratio=median,
+    )
+    print(
+        f"\n{label}: in process {_span(anchor_rates)} env-turns/s, {WORKERS} env workers "
+        f"{_span(rates)}; ratio per round {', '.join(f'{r:.2f}' for r in ratios)}; "
+        f"median {median:.2f}x (load average {os.getloadavg()[0]:.1f})"
+    )
+
+
+def _span(values: list[float]) -> str:
+    return f"{min(values):.0f}-{max(values):.0f}"
 
 
 TOOL_COSTS = {
-    "10 ms": {},  # primes below ~10,000 per call
-    "40 ms": {"low": 24_000, "high": 26_000},
+    "10 ms": ({}, 8),  # primes below ~10,000 per call
+    "40 ms": ({"low": 24_000, "high": 26_000}, 4),
 }
-"""Tool call cost -> the env's kwargs (the count's range sets the work of a call)."""
+"""Tool call cost -> the env's kwargs (the count's range sets the work of a call) and
+episodes per env (a contender's round lasts 2-3 s)."""
 
 
-@pytest.mark.parametrize("place", PLACES)
 @pytest.mark.parametrize("cost", list(TOOL_COSTS))
-def test_cpu_bound_tool_env(
-    benchmark: Any, request: pytest.FixtureRequest, place: str, cost: str
-) -> None:
-    benchmark.group = f"env workers: CPU-bound tool env, {cost} a call (64 envs x 4 episodes)"
-    rollout = solver_rollout(
-        "prime_tool", TOOL_COSTS[cost], envs=64, episodes_per_env=4, cluster=_place(request, place)
+def test_cpu_bound_tool_env(benchmark: Any, cluster: Cluster, cost: str) -> None:
+    kwargs, episodes = TOOL_COSTS[cost]
+    benchmark.group = (
+        f"env workers: CPU-bound tool env, {cost} a call (64 envs x {episodes} episodes)"
     )
-    _rollout(rollout, benchmark, f"prime tool env ({cost} a call), {place}")
+    anchor, contender = (
+        solver_rollout("prime_tool", kwargs, envs=64, episodes_per_env=episodes, cluster=c)
+        for c in (None, cluster)
+    )
+    _interleaved(benchmark, f"prime tool env ({cost} a call)", anchor, contender)
 
 
-@pytest.mark.parametrize("place", PLACES)
-def test_webshop_100k_oracle(
-    benchmark: Any, request: pytest.FixtureRequest, place: str, webshop_cache: Path
-) -> None:
+def test_webshop_100k_oracle(benchmark: Any, cluster: Cluster, webshop_cache: Path) -> None:
     benchmark.group = "env workers: WebShop 100k oracle (64 envs x 2 episodes)"
     kwargs = {"num_products": 100_000, "split": "eval", "cache_dir": str(webshop_cache)}
-    rollout = solver_rollout(
-        "webshop", kwargs, envs=64, episodes_per_env=2, cluster=_place(request, place)
+    anchor, contender = (
+        solver_rollout("webshop", kwargs, envs=64, episodes_per_env=2, cluster=c)
+        for c in (None, cluster)
     )
-    _rollout(rollout, benchmark, f"WebShop 100k oracle, {place}")
+    _interleaved(benchmark, "WebShop 100k oracle", anchor, contender, rounds=3)
 
 
 @pytest.mark.parametrize("place", PLACES)
