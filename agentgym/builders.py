@@ -188,9 +188,11 @@ def generation_backend(
     return Router(clients, share=cluster.share, max_running_requests=cap)
 
 
-def strategy_settings(config: TrainConfig, path: Path, *, needs_reference: bool) -> dict[str, Any]:
-    """The ``actor_train`` role's settings for :func:`build_strategy` (every rank gets these)."""
-    role = config.actor_train
+def _training_settings(config: TrainConfig, role_name: str, *, passes: int) -> dict[str, Any]:
+    """What a training role (``actor_train``, ``critic``) gives its strategy: model,
+    optimizer and schedule settings; ``passes`` over each rollout batch (``ppo_epochs``
+    for the policy; ROLL's critic makes one) set the optimizer steps of the run."""
+    role = getattr(config, role_name)
     args = role.training_args
     return {
         "dtype": role.model_args.dtype,
@@ -205,14 +207,21 @@ def strategy_settings(config: TrainConfig, path: Path, *, needs_reference: bool)
         "total_steps": optimizer_steps(
             max_steps=config.max_steps,
             rollout_batch_size=config.rollout_batch_size,
-            ppo_epochs=config.ppo_epochs,
+            ppo_epochs=passes,
             mini_batch_size=args.per_device_train_batch_size
             * args.gradient_accumulation_steps
-            * data_parallel_size(config),
+            * data_parallel_size(config, role_name),
         ),
         "max_grad_norm": config.max_grad_norm,
-        "temperature": config.actor_infer.generating_args.temperature,
         "micro_batch_size": args.per_device_train_batch_size,
+    }
+
+
+def strategy_settings(config: TrainConfig, path: Path, *, needs_reference: bool) -> dict[str, Any]:
+    """The ``actor_train`` role's settings for :func:`build_strategy` (every rank gets these)."""
+    return {
+        **_training_settings(config, "actor_train", passes=config.ppo_epochs),
+        "temperature": config.actor_infer.generating_args.temperature,
         "reference_path": path if needs_reference else None,
     }
 
@@ -247,32 +256,10 @@ def critic_strategy(config: TrainConfig, path: Path, cluster: Cluster | None = N
     (``distributed=local``) or on a critic group of one rank per ``critic.device_mapping``
     device (default: ``actor_train``'s) on ``cluster``."""
     role = config.critic
-    args = role.training_args
     source = role.model_args.model_name_or_path
     name = role.strategy_args.strategy_name or "torch"
     model_path = Path(source).expanduser() if source else path
-    settings: dict[str, Any] = {
-        "dtype": role.model_args.dtype,
-        "device": config.model.device,
-        "gradient_checkpointing": not role.model_args.disable_gradient_checkpointing,
-        "attn_implementation": role.model_args.attn_implementation,
-        "learning_rate": args.learning_rate,
-        "weight_decay": args.weight_decay,
-        "warmup_steps": args.warmup_steps,
-        "lr_scheduler_type": args.lr_scheduler_type,
-        "warmup_ratio": args.warmup_ratio,
-        "total_steps": optimizer_steps(  # ROLL's critic count: one pass, no ppo_epochs
-            max_steps=config.max_steps,
-            rollout_batch_size=config.rollout_batch_size,
-            ppo_epochs=1,
-            mini_batch_size=args.per_device_train_batch_size
-            * args.gradient_accumulation_steps
-            * data_parallel_size(config, "critic"),
-        ),
-        "max_grad_norm": config.max_grad_norm,
-        "micro_batch_size": args.per_device_train_batch_size,
-        "seed": config.seed,
-    }
+    settings = {**_training_settings(config, "critic", passes=1), "seed": config.seed}
     if cluster is None or cluster.kind == "local":
         return build_critic(name, model_path, role.strategy_args.strategy_config, **settings)
     return start_critic_group(
