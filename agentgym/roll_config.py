@@ -56,10 +56,9 @@ max_steps=2 eval_steps=2"``::
 (Every train group of these runs scored alike, so ``drop_zero_variance_groups``
 left no sample to train on: ``train/kept_samples`` 0. With
 ``++drop_zero_variance_groups=false`` the FrozenLake run trains: step 2/2 |
-success 25.0% | score 0.25 | loss -0.00952 | grad 0.163; 27 s. ROLL's env-file keys such
-as ``max_actions_per_traj`` and ``max_tokens_per_step`` are not known to the
-command line's key check, so the turn budget is shrunk through
-``actor_infer.generating_args.max_new_tokens``.)
+success 25.0% | score 0.25 | loss -0.00952 | grad 0.163; 27 s. With a ROLL file,
+its own keys work on the command line too (``max_actions_per_traj=3``,
+``custom_env.SimpleSokoban.max_steps=3``); they are checked after translation.)
 """
 
 from __future__ import annotations
@@ -150,6 +149,7 @@ def from_roll(raw: Mapping[str, Any]) -> Translation:
     custom = data.get("custom_envs") or {}
     modes: dict[str, str] = {}
     budgets: list[int] = []
+    turn_limits: dict[str, int] = {}
     for section in ("train_env_manager", "val_env_manager"):
         manager = data.get(section)
         if not isinstance(manager, dict):
@@ -168,6 +168,9 @@ def from_roll(raw: Mapping[str, Any]) -> Translation:
                 modes[f"{section} {tag}"] = mode
             if budget is not None:
                 budgets.append(budget)
+            limit = custom[tag].get("max_steps")
+            if isinstance(limit, int) and limit > 0:
+                turn_limits[tag] = limit
         if env_configs:
             manager["env_configs"] = env_configs
         _manager_generating_args(data, section, manager, notes)
@@ -175,6 +178,7 @@ def from_roll(raw: Mapping[str, Any]) -> Translation:
         data.pop(key, None)
     _mode(data, modes, notes)
     _budget(data, budgets, notes)
+    _turns(data, turn_limits, notes)
     _roles(data, notes)
     _devices(data, notes)
     grouping = (data.get("reward_normalization") or {}).get("grouping")
@@ -276,6 +280,19 @@ def _budget(data: dict[str, Any], budgets: list[int], notes: list[str]) -> None:
     if budget < args.get("max_new_tokens", budget + 1):
         args["max_new_tokens"] = budget
         notes.append(f"max_tokens_per_step={budget} → actor_infer.generating_args.max_new_tokens")
+
+
+def _turns(data: dict[str, Any], limits: dict[str, int], notes: list[str]) -> None:
+    """A ``custom_envs`` entry's ``max_steps`` is how many turns ROLL's env manager
+    plays before it truncates the episode (its ``env_config.max_steps`` is the env's
+    own limit): our ``max_turns``, one for the run, so the largest when tags differ."""
+    if not limits or "max_turns" in data:
+        return
+    data["max_turns"] = max(limits.values())
+    note = f"custom_envs.*.max_steps → max_turns={data['max_turns']}"
+    if len(set(limits.values())) > 1:
+        note += f" (the tags' limits differ, {limits}: one run has one turn limit, the largest)"
+    notes.append(note)
 
 
 def _roles(data: dict[str, Any], notes: list[str]) -> None:

@@ -58,7 +58,10 @@ def check_overrides(arguments: Sequence[str]) -> list[str]:
     """Check the command line's ``key=value`` overrides against the schema.
 
     Keys under free-form mappings (``env.kwargs.*``, ``strategy_config.*``, ...)
-    become ``++key=value``, so a new constructor argument needs no ``+``.
+    become ``++key=value``, so a new constructor argument needs no ``+``. With a
+    config file of one's own (``--config-name``/``-cn``: one of ROLL's agentic
+    files, say) the keys are that file's (``custom_envs.*``); they are checked
+    once the file is translated and validated (:func:`check`), not here.
 
     Returns:
         The arguments to hand to Hydra.
@@ -66,6 +69,8 @@ def check_overrides(arguments: Sequence[str]) -> list[str]:
     Raises:
         ConfigError: On an unknown key, with the closest known key.
     """
+    if any(a in ("--config-name", "-cn") or a.startswith("--config-name=") for a in arguments):
+        return open_mapping_overrides(arguments)
     known = set(known_paths())
     for argument in arguments:
         key, equals, _ = argument.partition("=")

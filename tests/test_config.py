@@ -130,6 +130,14 @@ def test_a_misspelled_key_on_the_command_line_gets_a_close_match() -> None:
     ]
 
 
+def test_a_config_file_of_ones_own_keeps_its_keys_for_after_translation() -> None:
+    roll_env_key = "custom_envs.SimpleSokoban.max_steps=5"  # a ROLL file's env section
+    with pytest.raises(ConfigError, match=r"unknown key 'custom_envs\.SimpleSokoban\.max_steps'"):
+        check_overrides([roll_env_key])
+    for name in (["--config-name", "agentic_sokoban"], ["--config-name=agentic_sokoban"]):
+        assert check_overrides([*name, roll_env_key]) == [*name, roll_env_key]
+
+
 def test_roll_spellings_work() -> None:
     config = validate(
         composed(

@@ -58,6 +58,7 @@ def test_rolls_env_keys_become_env_configs() -> None:
     assert config.rollout_mode == "trajectory"  # TrajEnvManager
     assert config.step_advantage_weight == 0.0  # grpo: no GiGPO step term
     assert config.actor_infer.generating_args.max_new_tokens == 6  # max_tokens_per_step
+    assert config.max_turns == 2  # the entries' max_steps: ROLL's env manager's turn limit
     assert config.actor_train.training_args.lr_scheduler_type == "cosine"  # as ROLL's example
     assert config.validation.temperature == 0.2
     assert config.reward_normalization.grouping == "state"  # traj_group_id
@@ -67,6 +68,18 @@ def test_rolls_env_keys_become_env_configs() -> None:
     assert config.track_with == ["stdout"]
     assert any(note.startswith("checkpoint_config dropped") for note in translation.notes)
     assert not is_roll_config(translation.config)
+
+
+def test_an_entrys_turn_limit_is_max_turns_the_largest_when_tags_differ() -> None:
+    one = from_roll(roll_config("pretrain=null", "custom_env.SimpleSokoban.max_steps=5"))
+    assert one.config["max_turns"] == 5  # train: SimpleSokoban 5; val: FrozenLakeThink 2
+    assert "one run has one turn limit, the largest" in " ".join(one.notes)
+    # the env's own step limit is its env_config's, as in ROLL
+    sokoban = one.config["train_env_manager"]["env_configs"]["SimpleSokoban"]
+    assert sokoban["kwargs"]["max_steps"] == 2
+    both = from_roll(roll_config("pretrain=null", "max_actions_per_traj=4"))
+    assert both.config["max_turns"] == 4
+    assert "custom_envs.*.max_steps → max_turns=4" in both.notes
 
 
 def test_a_grid_vocabulary_renders_the_sokoban_grid() -> None:
