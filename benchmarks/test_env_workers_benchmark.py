@@ -91,7 +91,8 @@ def _interleaved(
         turns.append(contender.run())
 
     try:
-        anchor.run(), contender.run()  # warm-up: worker start, first resets, caches
+        anchor.run()  # warm-up: worker start, first resets, caches
+        contender.run()
         benchmark.pedantic(contender_round, setup=anchor_round, rounds=rounds, iterations=1)
     finally:
         anchor.manager.close()

@@ -210,7 +210,7 @@ class RequestServer:
         while True:
             try:
                 requests = _recv_frame(sock)
-            except (OSError, EOFError, pickle.UnpicklingError):
+            except Exception:  # closed, or a message that does not unpickle here
                 with self._lock:
                     if number == self._number:
                         self._drop()
