@@ -89,6 +89,15 @@ def check(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any]]:
     Raises:
         ConfigError: On the first invalid key or value.
     """
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if "env.name" in missing:  # env=gymnasium names no env by itself
+        raise ConfigError(
+            "env=gymnasium needs the env's id: add env.name=<module>:<namespace>/<Name>-v<N> "
+            "(the module, imported first, registers the id), e.g. "
+            "env.name=my_package.envs:my_ns/Coin-v0"
+        )
+    if missing:
+        raise ConfigError(f"the config leaves {', '.join(missing)} unset ('???'): set each")
     try:
         resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     except Exception as error:  # an interpolation that does not resolve
