@@ -33,9 +33,10 @@ class HFBackend:
     Logprobs are those of the distribution sampled from: the logits divided by
     the temperature, with top-k/top-p applied (vLLM's ``processed_logprobs``).
 
-    Weights sent by :meth:`update_weights` that already live on the model's
-    device with its dtype are adopted, not copied: the backend then shares
-    them with the trainer, and later updates cost nothing.
+    Weights sent by :meth:`update_weights` are copied into the backend's own
+    tensors, never adopted: a trainer in the same process may take an optimizer
+    step while this backend generates (``async_generation_ratio > 0``), and a
+    shared tensor would change the policy in the middle of a sample.
 
     Args:
         model: A ``PreTrainedModel``.
@@ -171,27 +172,27 @@ class HFBackend:
         return results
 
     async def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Take ``weights`` (Hugging Face names): tensors on the model's device and
-        dtype are adopted (shared from then on), others are copied in."""
+        """Copy ``weights`` (Hugging Face names) into the model, between batches.
+
+        Always a copy, never an adoption of the sender's tensor (see the class
+        docstring); the copy waits for the batch being generated to finish.
+
+        Raises:
+            KeyError: Naming a tensor the model does not have.
+        """
         async with self._lock or asyncio.Lock():
-            own = dict(self.model.named_parameters(remove_duplicate=False)) | dict(
-                self.model.named_buffers(remove_duplicate=False)
-            )
-            with torch.no_grad():
-                for name, tensor in weights:
-                    target = own.get(name)
-                    if target is None:
-                        raise KeyError(f"update_weights: the model has no parameter {name!r}")
-                    if target.data_ptr() == tensor.data_ptr():
-                        continue
-                    if (target.device, target.dtype, target.shape) == (
-                        tensor.device,
-                        tensor.dtype,
-                        tensor.shape,
-                    ):
-                        target.data = tensor.detach()
-                    else:
-                        target.copy_(tensor)
+            await asyncio.to_thread(self._copy_weights, weights)
+
+    @torch.no_grad()
+    def _copy_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        own = dict(self.model.named_parameters(remove_duplicate=False)) | dict(
+            self.model.named_buffers(remove_duplicate=False)
+        )
+        for name, tensor in weights:
+            target = own.get(name)
+            if target is None:
+                raise KeyError(f"update_weights: the model has no parameter {name!r}")
+            target.copy_(tensor)
 
     async def begin_weight_update(self) -> None:
         """Start a bucketed update (the coverage check of :meth:`finish_weight_update`)."""

@@ -191,3 +191,24 @@ def test_hf_seeded_samples_do_not_depend_on_the_batch(model: Any, tiny_tokenizer
     first, second = asyncio.run(alone()), asyncio.run(crowded())
     assert first == second
     assert len(first) > 1
+
+
+def test_hf_backend_never_shares_the_trainers_tensors(tiny_model_dir: Path) -> None:
+    """After a sync, an optimizer step of the trainer (which under async generation
+    runs in a thread while episodes generate) leaves the engine's weights as synced."""
+    from agentgym.trainers.strategies.torch_strategy import TorchStrategy
+
+    strategy = TorchStrategy(tiny_model_dir, learning_rate=1e-2)
+    backend = HFBackend.from_pretrained(str(tiny_model_dir))
+    asyncio.run(backend.update_weights(strategy.export_weights()))
+    synced = {name: tensor.clone() for name, tensor in backend.model.state_dict().items()}
+
+    for parameter in strategy.model.parameters():
+        parameter.grad = torch.ones_like(parameter)
+    strategy.optimizer.step()  # in place, as in update_policy
+
+    trained = strategy.model.state_dict()
+    for name, tensor in backend.model.state_dict().items():
+        assert tensor.data_ptr() != trained[name].data_ptr(), name
+        assert torch.equal(tensor, synced[name]), f"{name} changed with the trainer's step"
+    assert not torch.equal(trained["lm_head.weight"], synced["lm_head.weight"])
