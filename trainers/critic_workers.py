@@ -78,9 +78,9 @@ class CriticGroup:
         Summed metrics add up over the ranks; averaged ones (``grad_norm``, ``lr``,
         the same on every rank) are averaged.
         """
-        from agentgym.trainers.workers import _deal
+        from agentgym.trainers.workers import deal
 
-        shares = _deal(list(micro_batches), self.world_size)
+        shares = deal(list(micro_batches), self.world_size)
         results = self._ranks.call_each("train_step", [(share, loss_fn) for share in shares])
         reducer = MetricReducer()
         for metrics in results:

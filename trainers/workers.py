@@ -284,27 +284,15 @@ class TrainerGroup:
 
         return _run(gather())
 
-    def _split_rows(self, batch: RolloutBatch) -> list[RolloutBatch]:
-        size = -(-len(batch) // self.world_size)
-        parts = []
-        for start in range(0, max(len(batch), 1), size or 1):
-            rows = slice(start, start + size)
-            width = int(batch.attention_mask[rows].sum(1).max()) if len(batch) else 1
-            parts.append(batch.rows(rows, width=max(width, 1)))
-        return parts
-
     def call_on_rows(self, method: str, batch: RolloutBatch) -> torch.Tensor:
-        """``[B, T]``: ``method`` on the batch's rows split over the ranks, concatenated."""
+        """``[B, T]``: ``method`` on the batch's rows split over the ranks (every rank
+        is called, with an empty share when there are fewer rows than ranks: a
+        collective strategy's ranks all take part in its gathers), concatenated."""
         if self.world_size == 1:
             return self.handles[0].call_sync(method, batch, timeout=self.rpc_timeout)
-        parts = self._split_rows(batch)
+        parts = split_rows(batch, self.world_size)
+        results = self.call_each(method, [(part,) for part in parts])
         width = batch.input_ids.shape[1]
-        results = _run(
-            _gather(
-                handle.call(method, part, timeout=self.rpc_timeout)
-                for handle, part in zip(self.handles, parts, strict=False)
-            )
-        )
         return torch.cat(
             [torch.nn.functional.pad(r, (0, width - r.shape[1])) for r in results]
         )  # [B, T]
@@ -324,7 +312,7 @@ class TrainerGroup:
 
         The metrics are folded in the micro-batches' order, as one process folds them.
         """
-        shares = _deal(list(micro_batches), self.world_size)
+        shares = deal(list(micro_batches), self.world_size)
         results = self.call_each("train_step", [(share, loss_fn) for share in shares])
         reducer = MetricReducer()
         for per_micro, _ in results:
@@ -366,14 +354,32 @@ class TrainerGroup:
         self.call_each("close", [()] * self.world_size)
 
 
-def _deal(items: list[Any], parts: int) -> list[list[Any]]:
-    """Contiguous shares of ``items`` for ``parts`` ranks, larger shares first."""
-    base, extra = divmod(len(items), parts)
-    shares, start = [], 0
+def deal(items: list[Any], parts: int) -> list[list[Any]]:
+    """Contiguous shares of ``items`` for ``parts`` ranks, larger shares first
+    (some empty when there are fewer items than ranks)."""
+    return [items[start:stop] for start, stop in share_bounds(len(items), parts)]
+
+
+def share_bounds(count: int, parts: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each of ``parts`` contiguous shares of ``count`` items,
+    larger shares first."""
+    base, extra = divmod(count, parts)
+    bounds, start = [], 0
     for index in range(parts):
-        count = base + (index < extra)
-        shares.append(items[start : start + count])
-        start += count
+        stop = start + base + (index < extra)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def split_rows(batch: RolloutBatch, parts: int) -> list[RolloutBatch]:
+    """``parts`` contiguous row shares of ``batch`` (as :func:`deal`), each cut to its
+    longest sequence; a share with no rows is a ``[0, 1]`` batch."""
+    shares = []
+    for start, stop in share_bounds(len(batch), parts):
+        rows = slice(start, stop)
+        width = int(batch.attention_mask[rows].sum(1).max()) if stop > start else 1
+        shares.append(batch.rows(rows, width=max(width, 1)))
     return shares
 
 
@@ -392,10 +398,6 @@ def _buckets(
         size += nbytes
     if bucket:
         yield bucket
-
-
-async def _gather(calls: Any) -> list[Any]:
-    return list(await asyncio.gather(*calls))
 
 
 def _run(coroutine: Any) -> Any:

@@ -14,7 +14,7 @@ from agentgym.cluster import Cluster, plan_placement, start_cluster
 from agentgym.trainers.grpo import update_policy
 from agentgym.trainers.strategies import Strategy
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
-from agentgym.trainers.workers import TrainerGroup, _deal, start_trainer_group
+from agentgym.trainers.workers import TrainerGroup, deal, start_trainer_group
 from tests.trainers.test_update_path import ragged_batch
 
 SETTINGS = {
@@ -80,8 +80,8 @@ def assert_same_run(
 
 
 def test_micro_batches_are_dealt_in_contiguous_shares() -> None:
-    assert _deal([1, 2, 3, 4, 5], 2) == [[1, 2, 3], [4, 5]]
-    assert _deal([1], 3) == [[1], [], []]
+    assert deal([1, 2, 3, 4, 5], 2) == [[1, 2, 3], [4, 5]]
+    assert deal([1], 3) == [[1], [], []]
 
 
 @pytest.mark.ray

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from agentgym.trainers.strategies.base import Metric, MetricReducer, ValueLossFunction
+from agentgym.trainers.strategies.hf_folder import load_weights, save_model
 from agentgym.trainers.strategies.torch_strategy import (
     build_optimizer,
     lr_schedule,
@@ -122,7 +123,7 @@ class TorchCritic:
         self.model.eval()
         try:
             width = batch.input_ids.shape[1]
-            parts = []
+            parts = [torch.zeros(0, width)]  # an empty share (more ranks than rows) is [0, T]
             for start in range(0, len(batch), self.micro_batch_size):
                 rows = slice(start, start + self.micro_batch_size)
                 part = batch.rows(rows, width=int(batch.attention_mask[rows].sum(1).max()))
@@ -149,16 +150,12 @@ class TorchCritic:
 
     def save(self, directory: Path) -> None:
         """Write the value model under ``model/`` and the optimizer and scheduler states."""
-        directory.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(directory / "model")
+        save_model(self.model, directory / "model")
         torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
         torch.save(self.scheduler.state_dict(), directory / "scheduler.pt")
 
     def load(self, directory: Path) -> None:
-        """Restore what :meth:`save` wrote, in place."""
-        from safetensors.torch import load_file
-
-        weights = load_file(str(directory / "model" / "model.safetensors"), device=str(self.device))
-        self.model.load_state_dict(weights)
+        """Restore what :meth:`save` wrote, in place (any shard layout, tied weights)."""
+        load_weights(self.model, directory / "model", device=self.device)
         self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
         self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=True))

@@ -16,6 +16,7 @@ from agentgym.trainers.strategies.base import (
     ModelOutputs,
     micro_batches,
 )
+from agentgym.trainers.strategies.hf_folder import load_weights, save_model
 from agentgym.trajectory import RolloutBatch
 
 
@@ -244,7 +245,7 @@ class TorchStrategy:
     @torch.no_grad()
     def _logprobs(self, model: Any, batch: RolloutBatch) -> torch.Tensor:
         width = batch.input_ids.shape[1]
-        parts = []
+        parts = [torch.zeros(0, width)]  # an empty share (more ranks than rows) is [0, T]
         for part in micro_batches(batch, self.micro_batch_size):
             out = forward(model, self._to_device(part), temperature=self.temperature)
             parts.append(
@@ -337,21 +338,16 @@ class TorchStrategy:
         yield from self.model.state_dict().items()
 
     def save(self, directory: Path) -> None:
-        """Write a complete Hugging Face folder (weights, config, tokenizer, chat
-        template) under ``model/``, and the optimizer and scheduler states."""
-        from transformers import AutoTokenizer
-
-        self.model.save_pretrained(directory / "model")
-        AutoTokenizer.from_pretrained(str(self.model_path)).save_pretrained(directory / "model")
+        """Write a complete Hugging Face folder (weights, sharded past
+        :data:`~agentgym.trainers.strategies.hf_folder.MAX_SHARD_SIZE`, config,
+        tokenizer, chat template) under ``model/``, and the optimizer and scheduler states."""
+        save_model(self.model, directory / "model", tokenizer_from=self.model_path)
         torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
         torch.save(self.scheduler.state_dict(), directory / "scheduler.pt")
 
     def load(self, directory: Path) -> None:
-        """Restore what :meth:`save` wrote, in place."""
-        from safetensors.torch import load_file
-
-        weights = load_file(str(directory / "model" / "model.safetensors"), device=str(self.device))
-        self.model.load_state_dict(weights)
+        """Restore what :meth:`save` wrote, in place (any shard layout, tied weights)."""
+        load_weights(self.model, directory / "model", device=self.device)
         self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
         self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=True))
 

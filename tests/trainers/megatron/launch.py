@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from agentgym.trainers.workers import _deal
+from agentgym.trainers.workers import deal, split_rows
 from agentgym.trajectory import RolloutBatch
 
 
@@ -43,23 +43,25 @@ def spawn(world: int, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class Dealt:
-    """A rank's strategy behind what the trainer worker group does: micro-batches
-    dealt in contiguous shares, rows split over the ranks (see
+    """A rank's strategy behind what the trainer worker group does, with its own
+    functions: micro-batches dealt in contiguous shares (:func:`deal`), rows split
+    over the ranks (:func:`split_rows`, an empty share where there are fewer rows
+    than ranks), the shares' results concatenated in rank order (see
     :class:`~agentgym.trainers.workers.TrainerGroup`)."""
 
     def __init__(self, strategy: Any, rank: int, world: int) -> None:
         self.strategy, self.rank, self.world = strategy, rank, world
 
     def train_step(self, micro_batches: Sequence[RolloutBatch], loss_fn: Any) -> Any:
-        return self.strategy.train_step(_deal(list(micro_batches), self.world)[self.rank], loss_fn)
+        return self.strategy.train_step(deal(list(micro_batches), self.world)[self.rank], loss_fn)
 
     def _rows(self, method: str, batch: RolloutBatch) -> torch.Tensor:
-        size = -(-len(batch) // self.world)
-        part = batch.rows(slice(self.rank * size, (self.rank + 1) * size))
+        part = split_rows(batch, self.world)[self.rank]
         mine = getattr(self.strategy, method)(part)
         gathered: list[Any] = [None] * self.world
         dist.all_gather_object(gathered, mine)
-        return torch.cat(gathered)
+        width = batch.input_ids.shape[1]
+        return torch.cat([torch.nn.functional.pad(r, (0, width - r.shape[1])) for r in gathered])
 
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         return self._rows("logprobs", batch)

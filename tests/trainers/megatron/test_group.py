@@ -55,3 +55,37 @@ def test_tp2_group_on_ray_trains_exports_and_saves(
             torch.testing.assert_close(tensor, single[1][name], rtol=1e-5, atol=1e-5)
     finally:
         group.close()
+
+
+@pytest.mark.ray
+def test_four_data_parallel_ranks_on_ray_take_six_rows(
+    ray_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Rows and micro-batches fewer than, or not a multiple of, the ranks: every rank
+    still takes part in the strategy's gathers (a rank left out hangs the others),
+    and the padded mini-batch takes the one-process step."""
+    from tests.trainers.test_update_path import ragged_batch
+
+    qwen_dir = model_dir(tmp_path_factory.mktemp("megatron-dp4"))
+    single = TorchStrategy(qwen_dir, **SETTINGS)
+    batch = ragged_batch(0)  # 6 rows: shares of 2, 2, 1, 1; 3 rows: 1, 1, 1, 0
+    first = batch.rows(slice(0, 3), width=14)
+    expected = [single.logprobs(part) * part.attention_mask for part in (batch, first)]
+    single_run: Any = two_steps(single)  # 6 micro-batches a mini-batch: 8 on 4 replicas
+    plan = plan_placement({"actor_train": [0, 1, 2, 3]}, num_nodes=1, num_gpus_per_node=0)
+    group = start_trainer_group(
+        ray_cluster,
+        plan.workers["actor_train"],
+        strategy_name="megatron_train",
+        model_path=qwen_dir,
+        strategy_config={},
+        settings=SETTINGS,
+        rpc_timeout=300,
+    )
+    try:
+        for part, logprobs in zip((batch, first), expected, strict=True):
+            got = group.logprobs(part) * part.attention_mask
+            torch.testing.assert_close(got, logprobs, rtol=1e-5, atol=1e-5)
+        assert_same_run(single_run, two_steps(group))
+    finally:
+        group.close()

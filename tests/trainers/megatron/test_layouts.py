@@ -12,7 +12,7 @@ pytest.importorskip("megatron.core")
 
 from agentgym.trainers.strategies.megatron.model import Parallelism
 from agentgym.trainers.strategies.megatron.options import check_options
-from agentgym.trainers.strategies.megatron.parallel import Groups, check_global_batch
+from agentgym.trainers.strategies.megatron.parallel import Groups, even_micro_batches
 from agentgym.trainers.strategies.megatron.vocab import vocab_parallel_logprobs
 from agentgym.trainers.strategies.megatron.weights import LAYOUTS, Shapes, tp_merge, tp_shard
 
@@ -96,8 +96,15 @@ def test_options_that_need_transformer_engine_stop_at_start() -> None:
     }
 
 
-def test_the_global_batch_rule_names_the_numbers() -> None:
+def test_a_short_mini_batch_is_filled_with_masked_copies_for_every_replica() -> None:
+    from tests.trainers.test_update_path import ragged_batch
+
     groups = Groups(0, 4, 0, 2, 0, 1, 0, 2)  # world 4 = TP 2 × DP 2
-    check_global_batch(4, 8, groups)
-    with pytest.raises(ValueError, match=r"3 micro-batches of 8 rows.*2 data-parallel replicas"):
-        check_global_batch(3, 8, groups)
+    batch = ragged_batch()
+    parts = [batch.rows(slice(i, i + 2)) for i in range(0, 6, 2)]  # 3 micro-batches
+    even = even_micro_batches(parts, groups)
+    assert len(even) == 4
+    assert all(a is b for a, b in zip(parts, even[:3], strict=False))
+    assert torch.equal(even[3].input_ids, parts[2].input_ids)
+    assert int(even[3].loss_mask.sum()) == 0 < int(parts[2].loss_mask.sum())
+    assert even_micro_batches(parts[:2], groups) == parts[:2]

@@ -49,24 +49,27 @@ class Groups:
         )
 
 
-def check_global_batch(micro_batches: int, micro_batch_size: int, groups: Groups) -> None:
-    """ROLL's rule: ``per_device_train_batch_size × gradient_accumulation_steps ×
-    world_size / TP / PP / CP`` equals the mini-batch, i.e. every data-parallel
-    replica takes the same number of micro-batches.
+def even_micro_batches(parts: Sequence[RolloutBatch], groups: Groups) -> list[RolloutBatch]:
+    """``parts`` and, where their count is not a multiple of the data-parallel size,
+    masked copies of the last one (``loss_mask`` all 0) until it is.
 
-    Raises:
-        ValueError: With the numbers and the fix.
+    megatron-core runs the same number of micro-batches on every data-parallel
+    replica. ROLL's rule (``per_device_train_batch_size × gradient_accumulation_steps
+    × world_size / TP / PP / CP`` = the mini-batch) gives whole mini-batches that
+    count, but the last mini-batch of a step-mode rollout (whose sample count varies)
+    may fall short. A masked copy adds nothing to the loss or the gradient: each
+    micro-batch's loss is its share of the mini-batch, counted over masked tokens.
+    ROLL's ``batch_adjust_mode: copy`` adds unmasked copies instead, which weighs
+    the copied samples twice.
     """
-    if micro_batches % groups.dp_size == 0 and micro_batches:
-        return
-    raise ValueError(
-        f"the mini-batch has {micro_batches} micro-batches of {micro_batch_size} rows, which "
-        f"does not split evenly over the {groups.dp_size} data-parallel replicas (world_size "
-        f"{groups.world_size} / TP {groups.tp_size} / PP {groups.pp_size}): ROLL's rule "
-        "per_device_train_batch_size × gradient_accumulation_steps × world_size / TP / PP / CP "
-        "= mini-batch needs gradient_accumulation_steps divisible by "
-        f"{groups.dp_size}; change gradient_accumulation_steps or the parallel sizes"
-    )
+    padded = list(parts)
+    if not padded:
+        return padded
+    while len(padded) % groups.dp_size:
+        filler = padded[-1].rows(slice(None))
+        filler.loss_mask = torch.zeros_like(filler.loss_mask)
+        padded.append(filler)
+    return padded
 
 
 def gather_world(items: list[Any]) -> list[list[Any]]:

@@ -157,12 +157,10 @@ class MegatronStrategy:
         self._share: tuple[int, int] = (0, 0)
 
     def _build(self, path: Path) -> torch.nn.Module:
-        from safetensors.torch import load_file
+        from agentgym.trainers.strategies.hf_folder import read_weights
 
         model = build_gpt_model(self.hf_config, self.config)
-        state: dict[str, torch.Tensor] = {}
-        for file in sorted(path.glob("*.safetensors")):
-            state.update(load_file(str(file)))
+        state = read_weights(path)
         load_hf_weights(
             model,
             state,
@@ -289,14 +287,12 @@ class MegatronStrategy:
 
         Returns:
             The metrics of this rank's own micro-batches, in order (the group
-            folds the ranks' lists in the mini-batch's order).
-
-        Raises:
-            ValueError: When the mini-batch breaks ROLL's global batch rule.
+            folds the ranks' lists in the mini-batch's order; the masked fillers
+            of :func:`~.parallel.even_micro_batches` have none).
         """
         shares = parallel.gather_world(list(micro_batches))
-        everything = [part for share in shares for part in share]
-        parallel.check_global_batch(len(everything), self.micro_batch_size, self.groups)
+        real = [part for share in shares for part in share]
+        everything = parallel.even_micro_batches(real, self.groups)
         start, stop = parallel.data_share(len(everything), self.groups)
         needs = loss_fn.needs
         if needs.logits or needs.ref_logits:
@@ -324,7 +320,7 @@ class MegatronStrategy:
         per_micro = parallel.gather_metrics(
             [r["metrics"] for r in results], (start, stop), len(everything), self.groups
         )
-        self._pending = per_micro
+        self._pending = per_micro[: len(real)]
         own = sum(len(share) for share in shares[: self.groups.world_rank])
         return per_micro[own : own + len(micro_batches)]
 
