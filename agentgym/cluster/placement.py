@@ -21,18 +21,6 @@ from agentgym.errors import ConfigError
 DEVICE_ROLES = ("actor_train", "actor_infer", "reference", "critic")
 """Roles that take devices through ``device_mapping``."""
 
-COLOCATABLE = frozenset(
-    {
-        frozenset({"actor_train", "actor_infer"}),
-        frozenset({"actor_train", "reference"}),
-        frozenset({"actor_train", "critic"}),
-        frozenset({"actor_infer", "reference"}),
-        frozenset({"actor_infer", "critic"}),
-        frozenset({"reference", "critic"}),
-    }
-)
-"""Pairs of roles whose mappings may overlap (they then share the devices)."""
-
 
 @dataclass(frozen=True)
 class Slot:
@@ -97,7 +85,6 @@ def plan_placement(
     num_nodes: int,
     num_gpus_per_node: int,
     devices_per_worker: Mapping[str, int] | None = None,
-    disjoint: Sequence[tuple[str, str]] = (),
 ) -> PlacementPlan:
     """Check the roles' device mappings and give each worker its slots.
 
@@ -108,14 +95,16 @@ def plan_placement(
         num_gpus_per_node: GPUs per node; 0 places every device on CPU slots.
         devices_per_worker: Role -> devices per worker (``num_gpus_per_worker``
             of ``actor_infer``); 1 when not given.
-        disjoint: Pairs of roles that must not share a device (besides pairs
-            outside :data:`COLOCATABLE`).
 
     Raises:
         ConfigError: Naming the role, its mapping and the numbers: a negative
             or repeated rank, more devices than ``num_nodes × num_gpus_per_node``,
-            a worker split across nodes, ``num_gpus_per_worker`` that does not
-            divide the mapping, or an overlap that is not allowed.
+            a worker split across nodes, or ``num_gpus_per_worker`` that does not
+            divide the mapping.
+
+    Roles may share devices (ROLL's colocation: ``actor_train`` and ``actor_infer``
+    on the same GPUs, the critic on the trainer's); shared devices are shared as
+    they are, with no offload between phases.
     """
     used = {role: list(m) for role, m in mappings.items() if m}
     per_worker = dict(devices_per_worker or {})
@@ -147,7 +136,6 @@ def plan_placement(
             )
     else:
         per_node = max(1, math.ceil((highest + 1) / num_nodes))
-    _check_overlaps(used, disjoint)
     workers: dict[str, tuple[WorkerPlacement, ...]] = {}
     for role, ranks in used.items():
         size = per_worker.get(role, 1)
@@ -163,21 +151,6 @@ def plan_placement(
             placed.append(WorkerPlacement(role, rank, slots, gpu))
         workers[role] = tuple(placed)
     return PlacementPlan(num_nodes, per_node, gpu, workers)
-
-
-def _check_overlaps(used: Mapping[str, list[int]], disjoint: Sequence[tuple[str, str]]) -> None:
-    forbidden = {frozenset(pair) for pair in disjoint}
-    roles = list(used)
-    for i, first in enumerate(roles):
-        for second in roles[i + 1 :]:
-            shared = sorted(set(used[first]) & set(used[second]))
-            pair = frozenset({first, second})
-            if shared and (pair not in COLOCATABLE or pair in forbidden):
-                raise ConfigError(
-                    f"{first}.device_mapping={used[first]} and {second}.device_mapping="
-                    f"{used[second]} share device(s) {shared}, which these roles may not; "
-                    "give them disjoint ranks"
-                )
 
 
 def spread(count: int, num_nodes: int) -> list[int]:

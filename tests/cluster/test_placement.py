@@ -25,20 +25,16 @@ def test_ranks_are_contiguous_node_by_node_on_gpus() -> None:
     assert plan.world_size("actor_train") == 8 and plan.world_size("actor_infer") == 4
 
 
-def test_colocated_roles_share_devices_and_disjoint_ones_do_not() -> None:
+def test_any_two_roles_may_share_devices() -> None:
     plan = plan_placement(
-        {"actor_train": [0, 1], "actor_infer": [0, 1]}, num_nodes=1, num_gpus_per_node=2
+        {"actor_train": [0, 1], "actor_infer": [0, 1], "critic": [1, 0]},
+        num_nodes=1,
+        num_gpus_per_node=2,
     )
     assert [w.slots for w in plan.workers["actor_train"]] == [
         w.slots for w in plan.workers["actor_infer"]
     ]
-    with pytest.raises(ConfigError, match=r"share device\(s\) \[1\]"):
-        plan_placement(
-            {"actor_train": [0, 1], "actor_infer": [1, 2]},
-            num_nodes=1,
-            num_gpus_per_node=4,
-            disjoint=[("actor_train", "actor_infer")],
-        )
+    assert [w.slots for w in plan.workers["critic"]] == [(Slot(0, 1),), (Slot(0, 0),)]
 
 
 def test_cpu_slots_spread_the_devices_evenly_over_the_nodes() -> None:
