@@ -108,8 +108,13 @@ async def sync_weights(
     pack = transfer = load = 0.0
     count = size = 0
     pending: asyncio.Task[tuple[float, float]] | None = None
+    chunks = enumerate(chunk_weights(weights, bucket_bytes))
     try:
-        for index, chunk in enumerate(chunk_weights(weights, bucket_bytes)):
+        # Pulling the export (a trainer rank's bucket on Ray: a blocking fetch), packing
+        # and sharing run in a thread, so the loop keeps serving env traffic and the
+        # bucket in flight is sent while the next one is packed.
+        while (item := await asyncio.to_thread(next, chunks, None)) is not None:
+            index, chunk = item
             packing = time.perf_counter()
             bucket = await asyncio.to_thread(pack_bucket, index, chunk)
             pack += time.perf_counter() - packing
@@ -118,10 +123,10 @@ async def sync_weights(
                 sent, loaded = await pending
                 transfer, load = transfer + sent, load + loaded
             sharing = time.perf_counter()
-            payload = share(bucket) if share is not None else bucket
+            payload = await asyncio.to_thread(share, bucket) if share is not None else bucket
             transfer += time.perf_counter() - sharing
             pending = asyncio.create_task(_send(loaders, payload))
-            del bucket, chunk  # only the bucket in flight and the next one stay in memory
+            del bucket, chunk, item  # only the bucket in flight and the next stay in memory
         if pending is not None:
             sent, loaded = await pending
             transfer, load = transfer + sent, load + loaded

@@ -240,3 +240,32 @@ def test_engines_without_buckets_get_the_whole_list() -> None:
     assert router.last_sync is None
     with pytest.raises(ValueError, match="at least one backend"):
         Router([])
+
+
+def test_the_export_is_pulled_and_shared_off_the_event_loop() -> None:
+    """Fetching the next weights (on Ray: a blocking ``ray.get`` of a trainer rank's
+    bucket) and putting a bucket in the object store never run on the loop's thread,
+    which keeps serving env traffic during a sync."""
+    import threading
+
+    pulled_on: list[int] = []
+    shared_on: list[int] = []
+
+    def export() -> Any:
+        for index in range(4):
+            pulled_on.append(threading.get_ident())
+            yield f"w{index}", torch.full((16,), float(index))
+
+    def share(bucket: WeightBucket) -> WeightBucket:
+        shared_on.append(threading.get_ident())
+        return bucket
+
+    async def scenario() -> int:
+        loader = RecordingLoader()
+        await sync_weights([loader], export(), bucket_bytes=64, share=share)
+        assert sorted(loader.tensors) == ["w0", "w1", "w2", "w3"]
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(scenario())
+    assert len(pulled_on) == 4 and len(shared_on) == 4
+    assert loop_thread not in pulled_on + shared_on
