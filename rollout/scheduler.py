@@ -67,7 +67,9 @@ class AdmissionControl:
         accepted: Episodes finished (those of trained batches included).
         running: Episodes in flight.
         peak: The largest ``accepted + running`` over the bound of its version seen
-            (≤ 0 always; tests read it).
+            (≤ 0 always).
+        highest_started: The largest episode index started so far (-1: none): how far
+            ahead of training the envs ran.
     """
 
     batch_size: int
@@ -75,6 +77,7 @@ class AdmissionControl:
     accepted: int = 0
     running: int = 0
     peak: int = -(2**62)
+    highest_started: int = -1
 
     def admits(self, index: int, version: int) -> bool:
         """Whether the episode with global ``index`` may start at ``version``."""
@@ -94,6 +97,7 @@ class AdmissionControl:
             )
         self.running += 1
         self.peak = max(self.peak, self.accepted + self.running - bound)
+        self.highest_started = max(self.highest_started, index)
 
     def finish(self) -> None:
         """An episode ended (trained or not, it counts as accepted)."""
@@ -276,8 +280,6 @@ class AsyncRollout:
             self.batch_size, ratio, accepted=first_batch * self.batch_size
         )
         self.admission_wait = 0.0
-        self.started_log: list[tuple[int, int, int]] = []
-        """(episode index, version, accepted + running after it started), for tests."""
         self._planned = first_batch
         self._cursors: dict[int, int] = {}
         self._assignments: dict[int, list[list[Assignment]]] = {}
@@ -341,10 +343,7 @@ class AsyncRollout:
                 while not self.admission.admits(index, self.client.version):
                     await self._changed.wait()
                 self.admission_wait += time.perf_counter() - waited
-                self.admission.start(index, self.client.version)
-                self.started_log.append(
-                    (index, self.client.version, self.admission.accepted + self.admission.running)
-                )
+                self.admission.start(index, self.client.version)  # raises beyond the bound
                 try:
                     trajectory = await self.runner.run(assignment, env)
                 finally:
@@ -375,6 +374,8 @@ class AsyncRollout:
             waiter.cancel()
         del self._batches[batch]
         self._assignments.pop(batch, None)
+        for done in [b for b in self._cursors if b < batch]:  # a checkpoint reads later ones
+            del self._cursors[done]
         trajectories = sorted(entry.trajectories, key=lambda t: (t.group_id, t.env_index))
         return RolloutResult(trajectories, rollout_metrics(trajectories))
 

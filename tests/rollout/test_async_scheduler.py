@@ -113,14 +113,27 @@ def test_a_slow_trainer_gets_batches_exactly_k_versions_stale_never_more(
         assert all(b - t.policy_version <= ratio for t in batch)
         assert all(t.last_policy_version >= t.policy_version for t in batch)
         assert [t.group_id for t in batch] == [2 * b, 2 * b, 2 * b + 1, 2 * b + 1]
-    # admission control: no episode ever started beyond (k + version + 1) × batch
-    assert pipeline.started_log, "episodes were started"
-    for index, version, count in pipeline.started_log:
-        assert index < staleness_bound(ratio, version, 4)
-        assert count <= staleness_bound(ratio, version, 4)
+    # admission control (AdmissionControl.start raises past the bound): no episode ever
+    # started beyond (k + version + 1) × batch, and the count never passed it
     assert pipeline.admission.peak <= 0
     # the envs ran ahead to the bound: k batches beyond the last consumed were started
-    assert max(index for index, _, _ in pipeline.started_log) == 4 * (5 + ratio) - 1
+    assert pipeline.admission.highest_started == 4 * (5 + ratio) - 1
+
+
+def held_items(pipeline: AsyncRollout) -> int:
+    """Entries in the pipeline's own lists, dicts and sets (what could grow with the run)."""
+    return sum(
+        len(value) for value in vars(pipeline).values() if isinstance(value, list | dict | set)
+    )
+
+
+def test_the_pipeline_holds_no_more_after_many_steps_than_after_a_few(tiny_tokenizer: Any):
+    """A run of any length keeps bounded state (a log of every episode started grew by
+    one entry per episode for the whole run)."""
+    _, short = run_pipeline(tiny_tokenizer, 1, steps=2)
+    _, long = run_pipeline(tiny_tokenizer, 1, steps=8)
+    assert long.admission.highest_started > short.admission.highest_started
+    assert held_items(long) == held_items(short)
 
 
 def test_ratio_0_plays_the_batches_of_the_synchronous_collect(tiny_tokenizer: Any) -> None:
@@ -142,7 +155,7 @@ def test_ratio_0_plays_the_batches_of_the_synchronous_collect(tiny_tokenizer: An
         ]  # fmt: skip
 
     assert [view(batch) for batch in batches] == [view(batch) for batch in synchronous]
-    assert max(index for index, _, _ in pipeline.started_log) == 4 * 3 - 1  # none ahead
+    assert pipeline.admission.highest_started == 4 * 3 - 1  # none ahead
 
 
 class GatedBackend:
