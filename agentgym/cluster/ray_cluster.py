@@ -14,6 +14,8 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -40,6 +42,16 @@ def _import_ray() -> Any:
     except ImportError as error:  # pragma: no cover - ray is a core dependency
         raise ImportError("distributed=ray needs Ray: pip install 'ray>=2.40'") from error
     return ray
+
+
+def _init_keeping_sigterm(ray: Any, **kwargs: Any) -> None:
+    """``ray.init(**kwargs)``, keeping the SIGTERM handler the program installed: Ray's
+    own (``sys.exit``) would skip the run's stop line and watchdog
+    (:mod:`agentgym.stopping`); a default handler is left to Ray."""
+    handler = signal.getsignal(signal.SIGTERM)
+    ray.init(**kwargs)
+    if callable(handler) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
 
 
 class RayHandle:
@@ -149,7 +161,8 @@ class RayCluster:
         self.num_nodes = num_nodes
         self.started = False
         if not ray.is_initialized():
-            ray.init(
+            _init_keeping_sigterm(
+                ray,
                 address=address,
                 num_cpus=num_cpus if address is None else None,
                 include_dashboard=False,
@@ -158,19 +171,30 @@ class RayCluster:
                 runtime_env={"env_vars": self.env_vars} if self.env_vars else None,
             )
             self.started = True
-        self.nodes = self._ranked_nodes(ray, num_nodes, num_gpus_per_node)
+        try:  # a Ray this driver started is stopped on every way out of here
+            self._place(ray)
+        except BaseException:
+            self.shutdown()
+            raise
+        self.handles: list[RayHandle] = []
+
+    def _place(self, ray: Any) -> None:
+        """Rank the nodes and wait for one placement group per node.
+
+        Raises:
+            ConfigError: Too few nodes, or the placement groups were not ready in 60 s.
+        """
+        self.nodes = self._ranked_nodes(ray, self.num_nodes, self.num_gpus_per_node)
         self.placement_groups = [self._node_group(ray, node) for node in self.nodes]
         started = time.perf_counter()
         pending = [pg.ready() for pg in self.placement_groups]
         ready, _ = ray.wait(pending, num_returns=len(pending), timeout=60)
         if len(ready) < len(pending):
-            self.shutdown()
             raise ConfigError(
                 f"only {len(ready)} of {len(pending)} node placement groups were ready after "
                 f"{time.perf_counter() - started:.0f} s: each node needs {NODE_BUNDLE_CPUS} "
-                f"CPU and num_gpus_per_node={num_gpus_per_node} GPUs free"
+                f"CPU and num_gpus_per_node={self.num_gpus_per_node} GPUs free"
             )
-        self.handles: list[RayHandle] = []
 
     @staticmethod
     def _ranked_nodes(ray: Any, num_nodes: int, num_gpus_per_node: int) -> list[dict[str, Any]]:
@@ -262,8 +286,6 @@ class RayCluster:
 
     def kill_process(self, handle: RayHandle) -> int:
         """SIGKILL the actor's process (fault injection for tests); returns its pid."""
-        import signal
-
         pid = int(handle.call_sync("__ray_call__", lambda self: os.getpid(), timeout=60))
         os.kill(pid, signal.SIGKILL)
         return pid
