@@ -10,7 +10,6 @@ them from the config.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import sys
@@ -48,6 +47,7 @@ from agentgym.trainers.checkpoint import (
 from agentgym.trainers.correction import CorrectionConfig, correction_terms
 from agentgym.trainers.gae import gae_advantages, value_loss
 from agentgym.trainers.kl_control import KLController, current_kl, make_kl_controller
+from agentgym.trainers.lifecycle import frames_of, phase_of, shut_down
 from agentgym.trainers.loss_terms import group_difficulty, mix_losses, sample_weights, sft_loss
 from agentgym.trainers.losses import (
     POLICY_LOSS_REDUCE,
@@ -83,12 +83,14 @@ class RolloutFailedError(RuntimeError):
 
 
 class TrainingInterruptedError(KeyboardInterrupt):
-    """Ctrl-C (or SIGTERM) stopped the run; carries where it stopped."""
+    """Ctrl-C (or SIGTERM) stopped the run; carries where it stopped: the step, the
+    phase (:data:`~agentgym.trainers.lifecycle.PHASES`) and the last checkpoint."""
 
-    def __init__(self, step: int, checkpoint: Path | None) -> None:
-        super().__init__(step, checkpoint)
+    def __init__(self, step: int, checkpoint: Path | None, phase: str = "training") -> None:
+        super().__init__(step, checkpoint, phase)
         self.step = step
         self.checkpoint = checkpoint
+        self.phase = phase
 
 
 @dataclass(frozen=True)
@@ -212,7 +214,9 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
 
     Raises:
         RolloutFailedError: When too many of a step's episodes fail.
-        TrainingInterruptedError: On Ctrl-C, with the step and the last checkpoint.
+        TrainingInterruptedError: On Ctrl-C (or SIGTERM, :mod:`agentgym.stopping`), with
+            the step, the phase and the last checkpoint.
+        ShutdownError: When a part did not close at the end of the run.
         WeightSyncTimeoutError: When a weight sync under async generation hangs.
     """
     loop = asyncio.new_event_loop()
@@ -278,11 +282,14 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
                 validate(config, parts, loop, step=step, pipeline=pipeline)
             if step % config.save_steps == 0 or step == config.max_steps:
                 checkpoint(parts, step, pipeline=pipeline)
-    except KeyboardInterrupt:
-        shut_down(parts, loop, pipeline)
-        raise TrainingInterruptedError(step, latest_checkpoint(parts.checkpoint_dir)) from None
+    except KeyboardInterrupt as interrupt:
+        phase = phase_of(frames_of(interrupt.__traceback__)) or "training"
+        shut_down(parts, loop, pipeline, unwinding=True)
+        raise TrainingInterruptedError(
+            step, latest_checkpoint(parts.checkpoint_dir), phase
+        ) from None
     except BaseException:
-        shut_down(parts, loop, pipeline)
+        shut_down(parts, loop, pipeline, unwinding=True)
         raise
     shut_down(parts, loop, pipeline)
 
@@ -357,39 +364,6 @@ def async_sync_weights(
 
     times = loop.run_until_complete(pipeline.sync(update, timeout=config.rpc_timeout))
     return times.metrics() | {"async/policy_version": float(pipeline.client.version)}
-
-
-def shut_down(
-    parts: TrainParts, loop: asyncio.AbstractEventLoop, pipeline: AsyncRollout | None = None
-) -> None:
-    """Close the env managers, the backend (its engine process too), the trackers, and
-    stop the cluster's workers.
-
-    Episodes still running (a Ctrl-C mid-rollout, async generation ahead of the
-    last step) are cancelled first, so that closing the backend does not resume them.
-    """
-    if pipeline is not None:
-        with contextlib.suppress(BaseException):
-            loop.run_until_complete(pipeline.close())
-    pending = asyncio.all_tasks(loop)
-    for task in pending:
-        task.cancel()
-    with contextlib.suppress(KeyboardInterrupt):  # a task Ctrl-C interrupted raises it again
-        loop.run_until_complete(_settle(pending))
-    try:
-        parts.train_manager.close()
-        parts.val_manager.close()
-        loop.run_until_complete(parts.backend.close())
-        loop.close()
-        parts.tracker.close()
-    finally:
-        if parts.cluster is not None:  # every worker it started (trainer ranks, engines, envs)
-            parts.cluster.shutdown()
-
-
-async def _settle(tasks: set[asyncio.Task[Any]]) -> None:
-    # gathered inside a coroutine: the loop need not be this thread's current loop
-    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def check_failures(config: GRPOConfig, trajectories: list[Trajectory], step: int) -> float:
