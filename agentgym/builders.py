@@ -34,13 +34,12 @@ from agentgym.schema import (
     device_mappings,
     dual_clip_c,
 )
-from agentgym.trainers.critic_workers import start_critic_group
 from agentgym.trainers.grpo import RUN_CONFIG, GRPOConfig, TrainParts, kl_controller
+from agentgym.trainers.ranks import start_rank_group
 from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.strategies import Critic, Strategy, build_critic, build_strategy
 from agentgym.trainers.strategies.torch_strategy import optimizer_steps
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
-from agentgym.trainers.workers import start_trainer_group
 
 
 def model_path(config: TrainConfig) -> Path:
@@ -238,8 +237,9 @@ def policy_strategy(
     if cluster is None or cluster.kind == "local":
         return build_strategy(name, path, role.strategy_args.strategy_config, **settings)
     plan = placement_plan(config)
-    return start_trainer_group(
+    return start_rank_group(
         cluster,
+        "actor_train",
         plan.workers["actor_train"],
         strategy_name=name,
         model_path=path,
@@ -262,8 +262,9 @@ def critic_strategy(config: TrainConfig, path: Path, cluster: Cluster | None = N
     settings = {**_training_settings(config, "critic", passes=1), "seed": config.seed}
     if cluster is None or cluster.kind == "local":
         return build_critic(name, model_path, role.strategy_args.strategy_config, **settings)
-    return start_critic_group(
+    return start_rank_group(
         cluster,
+        "critic",
         placement_plan(config).workers["critic"],
         strategy_name=name,
         model_path=model_path,

@@ -374,8 +374,8 @@ class AsyncRollout:
             waiter.cancel()
         del self._batches[batch]
         self._assignments.pop(batch, None)
-        for done in [b for b in self._cursors if b < batch]:  # a checkpoint reads later ones
-            del self._cursors[done]
+        for trained in [b for b in self._cursors if b < batch]:  # a checkpoint reads later ones
+            del self._cursors[trained]
         trajectories = sorted(entry.trajectories, key=lambda t: (t.group_id, t.env_index))
         return RolloutResult(trajectories, rollout_metrics(trajectories))
 

@@ -12,8 +12,8 @@ import torch
 from agentgym.builders import default_grpo_config, placement_plan
 from agentgym.cluster import Cluster, plan_placement, start_cluster
 from agentgym.schema import validate
-from agentgym.trainers.critic_workers import CriticGroup, start_critic_group
 from agentgym.trainers.grpo import update_critic
+from agentgym.trainers.ranks import CriticGroup, start_rank_group
 from agentgym.trainers.strategies import Critic
 from agentgym.trainers.strategies.torch_critic import TorchCritic
 from tests.test_config import composed
@@ -30,8 +30,9 @@ def group(cluster: Cluster, model_dir: Path, ranks: int) -> CriticGroup:
     plan = plan_placement(
         {"critic": list(range(ranks))}, num_nodes=cluster.num_nodes, num_gpus_per_node=0
     )
-    return start_critic_group(
+    return start_rank_group(
         cluster,
+        "critic",
         plan.workers["critic"],
         strategy_name="torch",
         model_path=model_dir,
@@ -83,7 +84,7 @@ def test_dp2_critic_on_ray_equals_one_process(tiny_model_dir: Path) -> None:
     cluster = start_cluster("ray", rpc_timeout=300)
     try:
         dp = group(cluster, tiny_model_dir, 2)
-        pids = {handle.call_sync("pid") for handle in dp._ranks.handles}
+        pids = {handle.call_sync("pid") for handle in dp.handles}
         assert len(pids) == 2  # two processes, not two threads of one
         assert_same_run(single, two_steps(dp))
         dp.close()

@@ -12,9 +12,9 @@ import torch
 from agentgym.builders import default_grpo_config
 from agentgym.cluster import Cluster, plan_placement, start_cluster
 from agentgym.trainers.grpo import update_policy
+from agentgym.trainers.ranks import PolicyGroup, deal, start_rank_group
 from agentgym.trainers.strategies import Strategy
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
-from agentgym.trainers.workers import TrainerGroup, deal, start_trainer_group
 from tests.trainers.test_update_path import ragged_batch
 
 SETTINGS = {
@@ -42,12 +42,13 @@ def ray_cluster() -> Iterator[Cluster]:
         cluster.shutdown()
 
 
-def group(cluster: Cluster, model_dir: Path, ranks: int) -> TrainerGroup:
+def group(cluster: Cluster, model_dir: Path, ranks: int) -> PolicyGroup:
     plan = plan_placement(
         {"actor_train": list(range(ranks))}, num_nodes=cluster.num_nodes, num_gpus_per_node=0
     )
-    return start_trainer_group(
+    return start_rank_group(
         cluster,
+        "actor_train",
         plan.workers["actor_train"],
         strategy_name="torch",
         model_path=model_dir,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import torch
 
@@ -201,6 +201,47 @@ class Critic(Protocol):
 
     def load(self, directory: Path) -> None:
         """Restore what :meth:`save` wrote."""
+        ...
+
+
+class RankStrategy(Protocol):
+    """What a rank of a worker group calls on its strategy (policy or critic), besides
+    the :class:`Strategy` or :class:`Critic` methods (:mod:`agentgym.trainers.ranks`).
+
+    Attributes:
+        collective_io: Whether every rank must take part in :meth:`save` and
+            ``export_weights`` (Megatron: TP shards are gathered, PP stages
+            broadcast) rather than rank 0 alone (data parallelism: every rank
+            holds the same state).
+    """
+
+    collective_io: ClassVar[bool]
+
+    def accumulate(self, micro_batches: Sequence[RolloutBatch], loss_fn: Any) -> list[
+        dict[str, Metric]
+    ]:
+        """Zero the gradients, then add up those of this rank's ``micro_batches``.
+
+        Returns:
+            Each micro-batch's metrics, in order (the group folds every rank's
+            list in the mini-batch's order).
+        """
+        ...
+
+    def optimizer_step(self) -> dict[str, Metric]:
+        """Reduce the gradients over the group, clip, step; ``grad_norm`` and ``lr``."""
+        ...
+
+    def save(self, directory: Path) -> None:
+        """Write the checkpoint (see :attr:`collective_io`)."""
+        ...
+
+    def load(self, directory: Path) -> None:
+        """Restore what :meth:`save` wrote."""
+        ...
+
+    def train(self, mode: bool = True) -> None:
+        """Training or evaluation mode."""
         ...
 
 

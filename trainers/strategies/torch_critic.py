@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -62,6 +62,9 @@ class TorchCritic:
         seed: Seeds the fresh value head's initialization (the global RNG is left as it was),
             so that a run repeats.
     """
+
+    collective_io: ClassVar[bool] = False
+    """Data parallelism: rank 0 alone saves and exports (every rank holds the same state)."""
 
     def __init__(
         self,
@@ -137,16 +140,29 @@ class TorchCritic:
         self, micro_batches: Sequence[RolloutBatch], loss_fn: ValueLossFunction
     ) -> dict[str, Metric]:
         """One optimizer step over ``micro_batches`` (each loss is its share of the whole)."""
+        reducer = MetricReducer()
+        for metrics in self.accumulate(micro_batches, loss_fn):
+            reducer.add(metrics)
+        reducer.add(self.optimizer_step())
+        return reducer.metrics()
+
+    def accumulate(
+        self, micro_batches: Sequence[RolloutBatch], loss_fn: ValueLossFunction
+    ) -> list[dict[str, Metric]]:
+        """Zero the gradients, then add up those of ``micro_batches``; each one's metrics."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        reducer = MetricReducer()
+        results = []
         for part in micro_batches:
             part = to_device(part, self.device)
             loss, metrics = loss_fn(value_forward(self.model, part), part)
             loss.backward()
-            reducer.add(metrics)
-        reducer.add(optimizer_step(self.model, self.optimizer, self.scheduler, self.max_grad_norm))
-        return reducer.metrics()
+            results.append(metrics)
+        return results
+
+    def optimizer_step(self) -> dict[str, Metric]:
+        """Sum the gradients over the data-parallel group, clip, step; ``grad_norm``, ``lr``."""
+        return optimizer_step(self.model, self.optimizer, self.scheduler, self.max_grad_norm)
 
     def save(self, directory: Path) -> None:
         """Write the value model under ``model/`` and the optimizer and scheduler states."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -179,6 +179,9 @@ class TorchStrategy:
         betas: AdamW betas.
         attn_implementation: Passed to ``from_pretrained`` (None: transformers' default).
     """
+
+    collective_io: ClassVar[bool] = False
+    """Data parallelism: rank 0 alone saves and exports (every rank holds the same state)."""
 
     def __init__(
         self,

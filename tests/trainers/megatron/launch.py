@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from agentgym.trainers.workers import deal, split_rows
+from agentgym.trainers.ranks import deal, split_rows
 from agentgym.trajectory import RolloutBatch
 
 
@@ -47,7 +47,7 @@ class Dealt:
     functions: micro-batches dealt in contiguous shares (:func:`deal`), rows split
     over the ranks (:func:`split_rows`, an empty share where there are fewer rows
     than ranks), the shares' results concatenated in rank order (see
-    :class:`~agentgym.trainers.workers.TrainerGroup`)."""
+    :class:`~agentgym.trainers.ranks.RankGroup`)."""
 
     def __init__(self, strategy: Any, rank: int, world: int) -> None:
         self.strategy, self.rank, self.world = strategy, rank, world

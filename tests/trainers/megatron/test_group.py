@@ -12,8 +12,8 @@ import torch
 pytest.importorskip("megatron.core")
 
 from agentgym.cluster import Cluster, plan_placement, start_cluster
+from agentgym.trainers.ranks import start_rank_group
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
-from agentgym.trainers.workers import start_trainer_group
 from tests.trainers.megatron.launch import model_dir
 from tests.trainers.megatron.ranks import SETTINGS, two_steps
 from tests.trainers.megatron.test_training import assert_same_run
@@ -35,8 +35,9 @@ def test_tp2_group_on_ray_trains_exports_and_saves(
     qwen_dir = model_dir(tmp_path_factory.mktemp("megatron-group"))
     single: Any = two_steps(TorchStrategy(qwen_dir, **SETTINGS))
     plan = plan_placement({"actor_train": [0, 1]}, num_nodes=1, num_gpus_per_node=0)
-    group = start_trainer_group(
+    group = start_rank_group(
         ray_cluster,
+        "actor_train",
         plan.workers["actor_train"],
         strategy_name="megatron_train",
         model_path=qwen_dir,
@@ -73,8 +74,9 @@ def test_four_data_parallel_ranks_on_ray_take_six_rows(
     expected = [single.logprobs(part) * part.attention_mask for part in (batch, first)]
     single_run: Any = two_steps(single)  # 6 micro-batches a mini-batch: 8 on 4 replicas
     plan = plan_placement({"actor_train": [0, 1, 2, 3]}, num_nodes=1, num_gpus_per_node=0)
-    group = start_trainer_group(
+    group = start_rank_group(
         ray_cluster,
+        "actor_train",
         plan.workers["actor_train"],
         strategy_name="megatron_train",
         model_path=qwen_dir,

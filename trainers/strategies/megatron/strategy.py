@@ -65,8 +65,8 @@ class MegatronStrategy:
     """
 
     collective_io: ClassVar[bool] = True
-    """``save`` and ``export_weights`` are collective: a trainer worker group calls
-    them on every rank (see :func:`agentgym.trainers.workers.is_collective`)."""
+    """``save`` and ``export_weights`` are collective: a rank group calls them on
+    every rank (:class:`~agentgym.trainers.strategies.base.RankStrategy`)."""
 
     def __init__(
         self,
