@@ -1,0 +1,280 @@
+"""The ``RolloutSource`` seam: what the training recipe asks of rollout.
+
+A source hands the recipe each step's batch, applies weight updates (pausing
+and resuming its own generation around them), runs other work (validation)
+while its training episodes are paused, says where a resume starts, and
+closes. The recipe does not know which source it has:
+
+* :class:`SyncSource` plays each step's batch when the step asks for it
+  (``async_generation_ratio: 0``);
+* :class:`AheadSource` plays batches ahead of training within the staleness
+  bound (``async_generation_ratio: k > 0``, :mod:`agentgym.rollout.scheduler`).
+
+A new source (an experience buffer fed by separate explorer processes, say)
+implements the five methods of :class:`RolloutSource`; see CONTRIBUTING.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from agentgym.progress import progress
+from agentgym.rollout.backends.base import GenerationBackend
+from agentgym.rollout.chat import ChatTokenizer
+from agentgym.rollout.env_manager import EnvManager
+from agentgym.rollout.loop import RolloutConfig, collect
+from agentgym.rollout.scheduler import (
+    AsyncRollout,
+    PausableBackend,
+    WeightSyncTimeoutError,
+    staleness_metrics,
+)
+from agentgym.trajectory import Trajectory
+
+_T = TypeVar("_T")
+
+
+@dataclass
+class StepRollout:
+    """One step's batch and its metrics, named for the tracker (``train/*``, ``time/*``,
+    ``async/*``)."""
+
+    trajectories: list[Trajectory]
+    metrics: dict[str, float]
+
+
+class RolloutSource(Protocol):
+    """What the recipe asks of rollout (see the module docstring)."""
+
+    def start(self, step: int) -> None:
+        """Begin with the batch of step ``step + 1``; the engines hold version ``step``
+        (0 for a new run, the checkpoint's step on resume). Called on the event loop."""
+        ...
+
+    async def next_batch(self, step: int) -> StepRollout:
+        """The batch step ``step`` trains (sampled by version ``step - 1`` or, ahead of
+        training, at most the staleness bound older)."""
+        ...
+
+    async def update_weights(
+        self, update: Callable[[], Awaitable[None]], *, timeout: float
+    ) -> dict[str, float]:
+        """Run ``update`` (the new weights to the engines), bounded by ``timeout``, with
+        the training episodes' generation paused around it.
+
+        Returns:
+            ``time/weight_sync*`` metrics (and the version the engines now hold).
+
+        Raises:
+            WeightSyncTimeoutError: When ``update`` takes longer than ``timeout``.
+        """
+        ...
+
+    def skip_update(self) -> None:
+        """Count a step that changed no weights (the engines hold the next version)."""
+        ...
+
+    async def paused(self, work: Callable[[], Awaitable[_T]]) -> _T:
+        """Run ``work`` (validation) with the training episodes' generation paused."""
+        ...
+
+    def state_dict(self, step: int) -> dict[str, Any]:
+        """The train envs' resume state at the checkpoint after step ``step``: the seed
+        cursor of the first batch not yet trained (batches in flight are regenerated)."""
+        ...
+
+    async def close(self) -> None:
+        """Cancel the episodes in flight and release what the source holds."""
+        ...
+
+
+async def timed_update(
+    update: Callable[[], Awaitable[None]], backend: GenerationBackend, *, timeout: float
+) -> float:
+    """Run ``update`` bounded by ``timeout``; the seconds it took.
+
+    Raises:
+        WeightSyncTimeoutError: Naming the backend, when it takes longer.
+    """
+    started = time.perf_counter()
+    try:
+        await asyncio.wait_for(update(), timeout)
+    except (TimeoutError, asyncio.TimeoutError) as error:
+        raise WeightSyncTimeoutError(
+            f"weight sync to the generation backend ({type(backend).__name__}."
+            f"update_weights) took longer than rpc_timeout={timeout} s"
+        ) from error
+    return time.perf_counter() - started
+
+
+class SyncSource:
+    """Each step's batch is played when the step asks for it, by version ``step - 1``.
+
+    Args:
+        manager: The train envs.
+        backend: The generation backend.
+        chat: The policy's chat template.
+        config: Rollout limits and sampling.
+    """
+
+    def __init__(
+        self,
+        manager: EnvManager,
+        backend: GenerationBackend,
+        chat: ChatTokenizer,
+        config: RolloutConfig,
+    ) -> None:
+        self.manager = manager
+        self.backend = backend
+        self.chat = chat
+        self.config = config
+
+    def start(self, step: int) -> None:
+        """Nothing runs before a step asks."""
+
+    async def next_batch(self, step: int) -> StepRollout:
+        """Play the manager's next batch now (a progress bar on a terminal)."""
+        episodes = len(self.manager.slots) * self.manager.max_traj_per_env
+        with progress(episodes, f"step {step} rollout", enabled=sys.stderr.isatty()) as bar:
+            result = await collect(
+                self.manager,
+                self.backend,
+                self.chat,
+                self.config,
+                policy_version=step - 1,
+                on_trajectory=lambda _: bar.update(1),
+            )
+        return StepRollout(result.trajectories, _train_metrics(result.metrics))
+
+    async def update_weights(
+        self, update: Callable[[], Awaitable[None]], *, timeout: float
+    ) -> dict[str, float]:
+        """Nothing generates between steps: just the update, timed."""
+        return {"time/weight_sync": await timed_update(update, self.backend, timeout=timeout)}
+
+    def skip_update(self) -> None:
+        """The next step samples with version ``step`` by its number: nothing to count."""
+
+    async def paused(self, work: Callable[[], Awaitable[_T]]) -> _T:
+        """Nothing generates between steps."""
+        return await work()
+
+    def state_dict(self, step: int) -> dict[str, Any]:
+        """The manager's cursor (the next batch is the next step's)."""
+        return self.manager.state_dict()
+
+    async def close(self) -> None:
+        """Nothing runs between steps."""
+
+
+class AheadSource:
+    """Batches played ahead of training within the staleness bound
+    (``async_generation_ratio``; :class:`~agentgym.rollout.scheduler.AsyncRollout`).
+
+    Args:
+        manager: The train envs.
+        backend: The generation backend (wrapped in a
+            :class:`~agentgym.rollout.scheduler.PausableBackend`).
+        chat: The policy's chat template.
+        config: Rollout limits and sampling.
+        ratio: ``async_generation_ratio`` (k > 0).
+    """
+
+    def __init__(
+        self,
+        manager: EnvManager,
+        backend: GenerationBackend,
+        chat: ChatTokenizer,
+        config: RolloutConfig,
+        *,
+        ratio: float,
+    ) -> None:
+        self.manager = manager
+        self.backend = backend
+        self.chat = chat
+        self.config = config
+        self.ratio = ratio
+        self.pipeline: AsyncRollout | None = None
+
+    def start(self, step: int) -> None:
+        """Start every env's episode loop from the batch of step ``step + 1``."""
+        self.pipeline = AsyncRollout(
+            self.manager,
+            PausableBackend(self.backend, version=step),
+            self.chat,
+            self.config,
+            ratio=self.ratio,
+            first_batch=step,
+        )
+        self.pipeline.start()
+
+    def _running(self) -> AsyncRollout:
+        if self.pipeline is None:
+            raise RuntimeError("AheadSource.start was not called")
+        return self.pipeline
+
+    async def next_batch(self, step: int) -> StepRollout:
+        """Wait for batch ``step - 1`` (admission order); its staleness and idle times."""
+        pipeline = self._running()
+        started, waiting = time.perf_counter(), pipeline.admission_wait
+        result = await pipeline.next_batch(step - 1)
+        metrics = _train_metrics(result.metrics)
+        metrics["time/trainer_idle"] = time.perf_counter() - started
+        metrics["time/rollout_idle"] = pipeline.admission_wait - waiting
+        metrics |= staleness_metrics(result.trajectories, step - 1, self.ratio)
+        return StepRollout(result.trajectories, metrics)
+
+    async def update_weights(
+        self, update: Callable[[], Awaitable[None]], *, timeout: float
+    ) -> dict[str, float]:
+        """Pause generation (requests in flight finish), update, bump the version, resume."""
+        pipeline = self._running()
+        times = await pipeline.sync(update, timeout=timeout)
+        return times.metrics() | {"async/policy_version": float(pipeline.client.version)}
+
+    def skip_update(self) -> None:
+        """Same weights, the next version number: admit the next batch."""
+        self._running().advance()
+
+    async def paused(self, work: Callable[[], Awaitable[_T]]) -> _T:
+        """Pause the training episodes' generation (requests in flight finish first),
+        run ``work``, resume even when it fails."""
+        client = self._running().client
+        await client.pause()
+        try:
+            return await work()
+        finally:
+            client.resume()
+
+    def state_dict(self, step: int) -> dict[str, Any]:
+        """The cursor of the first batch not yet trained (those in flight are not saved)."""
+        return {**self.manager.state_dict(), "cursor": self._running().cursor(step)}
+
+    async def close(self) -> None:
+        """Cancel the episodes in flight (a resume regenerates them)."""
+        if self.pipeline is not None:
+            await self.pipeline.close()
+
+
+def rollout_source(
+    manager: EnvManager,
+    backend: GenerationBackend,
+    chat: ChatTokenizer,
+    config: RolloutConfig,
+    *,
+    async_generation_ratio: float = 0.0,
+) -> RolloutSource:
+    """The source ``async_generation_ratio`` asks for: 0 plays each step's batch when
+    asked (:class:`SyncSource`), k > 0 up to k steps ahead (:class:`AheadSource`)."""
+    if async_generation_ratio > 0:
+        return AheadSource(manager, backend, chat, config, ratio=async_generation_ratio)
+    return SyncSource(manager, backend, chat, config)
+
+
+def _train_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    return {f"train/{key}": value for key, value in metrics.items()}
