@@ -8,7 +8,6 @@ by :mod:`agentgym.schema`, :mod:`agentgym.builders` makes the parts, and
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 import agentgym
+from agentgym import stopping
 from agentgym.errors import ConfigError, did_you_mean
 from agentgym.roll_config import from_roll, is_roll_config
 from agentgym.schema import OPEN_MAPPINGS, TrainConfig, known_paths, validate
@@ -128,16 +128,16 @@ def resume_state(config: TrainConfig) -> dict[str, Any] | None:
         raise ConfigError(str(error)) from None
 
 
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    sys.exit(128 + signum)
-
-
 def run(cfg: DictConfig) -> None:
-    """Check the config, build the parts, train, and print the end-of-run summary."""
+    """Check the config, build the parts, train, and print the end-of-run summary.
+
+    Ctrl-C or SIGTERM, in any phase, ends it with one line on stderr (where it
+    stopped, how to go on: :mod:`agentgym.stopping`) and exit code 130 or 143.
+    """
     from agentgym.builders import apply_system_envs, build_train
     from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
     from agentgym.plot import plot_validation, read_metrics
-    from agentgym.trainers.grpo import TrainingInterruptedError, train
+    from agentgym.trainers.grpo import train
     from agentgym.trainers.tracking import CONSOLE_LOG_FILE, METRICS_FILE
 
     started = time.perf_counter()
@@ -145,6 +145,14 @@ def run(cfg: DictConfig) -> None:
     apply_system_envs(config)
     state = resume_state(config)
     output_dir = Path(config.output_dir)
+    stopping.describe(
+        stopping.Run(
+            output_dir=str(config.output_dir),
+            arguments=tuple(sys.argv[1:]),
+            start_step=int(state["step"]) if state else 0,
+            console_log=output_dir / CONSOLE_LOG_FILE,
+        )
+    )
     try:
         with library_logs(output_dir / LIBRARY_LOG_FILE) as library:
             grpo, parts = build_train(
@@ -154,15 +162,8 @@ def run(cfg: DictConfig) -> None:
                 resume_step=int(state["step"]) if state else None,
             )
             train(grpo, parts, resume=config.resume_from_checkpoint)
-    except TrainingInterruptedError as stop:
-        where = f"last checkpoint: {stop.checkpoint}" if stop.checkpoint else "no checkpoint yet"
-        kept = [a for a in sys.argv[1:] if not a.startswith(("output_dir=", "resume_from_"))]
-        print(
-            f"\ninterrupted at step {stop.step}; {where}; resume with: python -m agentgym.train "
-            f"{' '.join(kept)} output_dir={config.output_dir} resume_from_checkpoint=true",
-            file=sys.stderr,
-        )
-        sys.exit(130)
+    except KeyboardInterrupt as interrupt:  # TrainingInterruptedError, or before train()
+        sys.exit(stopping.report(interrupt))
     log = output_dir / CONSOLE_LOG_FILE
     metrics_file = Path(config.logging_dir) / METRICS_FILE
     success = read_metrics(metrics_file, ["val/all/success"])["val/all/success"]
@@ -201,14 +202,17 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """``python -m agentgym.train [key=value ...]``: see ``configs/config.yaml``."""
     # SIGTERM unwinds like Ctrl-C, so the generation engine's process is shut down too
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    register_env_configs()
+    stopping.install()
     try:
-        sys.argv[1:] = check_overrides(sys.argv[1:])
-    except ConfigError as error:
-        print(f"config error: {error}", file=sys.stderr)
-        sys.exit(2)
-    _hydra_main()
+        register_env_configs()
+        try:
+            sys.argv[1:] = check_overrides(sys.argv[1:])
+        except ConfigError as error:
+            print(f"config error: {error}", file=sys.stderr)
+            sys.exit(2)
+        _hydra_main()
+    except KeyboardInterrupt as interrupt:  # before run() knew the run
+        sys.exit(stopping.report(interrupt))
 
 
 if __name__ == "__main__":
