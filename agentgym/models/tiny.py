@@ -157,10 +157,18 @@ TINY_VERSION = 3
 """Bump when the corpus or the build changes, so cached models are rebuilt."""
 
 
+DEFAULT_CORPUS_ENVS = ("sokoban", "frozen_lake")
+"""Envs whose text trains the BPE of a model without a warm start."""
+
+_KEY_DEFAULTS = {"history_length": 0}
+"""Warm-start fields added after models were cached: in the cache key only when set
+otherwise, so that the folders of earlier recipes stay valid."""
+
+
 def ensure_tiny_model(
     spec: TinyModelSpec,
     cache_dir: str | Path,
-    envs: Iterable[str] = ("sokoban", "frozen_lake"),
+    envs: Iterable[str] | None = None,
     warm_start: WarmStartSpec | None = None,
 ) -> Path:
     """The tiny model for ``spec``, built on first use and cached under ``cache_dir``.
@@ -172,7 +180,8 @@ def ensure_tiny_model(
     Args:
         spec: The model's shape.
         cache_dir: The cache folder (``~`` is expanded).
-        envs: Envs whose text trains the BPE.
+        envs: Envs whose text trains the BPE; None: the warm start's envs (the
+            envs the model will play), or :data:`DEFAULT_CORPUS_ENVS` without one.
         warm_start: Supervised warm start; None: random weights.
 
     Returns:
@@ -185,14 +194,17 @@ def ensure_tiny_model(
     import tempfile
     from dataclasses import asdict
 
+    if envs is None:
+        envs = DEFAULT_CORPUS_ENVS if warm_start is None else warm_start.envs
     envs = tuple(envs)
+    recipe = None
+    if warm_start is not None:
+        recipe = asdict(warm_start)
+        for name, default in _KEY_DEFAULTS.items():
+            if recipe[name] == default:
+                del recipe[name]
     key = json.dumps(
-        {
-            "spec": asdict(spec),
-            "envs": envs,
-            "warm_start": None if warm_start is None else asdict(warm_start),
-            "version": TINY_VERSION,
-        },
+        {"spec": asdict(spec), "envs": envs, "warm_start": recipe, "version": TINY_VERSION},
         sort_keys=True,
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]

@@ -126,16 +126,40 @@ def build_tokenizer(
 
 def env_corpus(names: Iterable[str] = ("sokoban", "frozen_lake"), seeds: int = 16) -> list[str]:
     """Instructions, observations and well-formed answers of registered envs, and the
-    chat roles, for BPE training."""
+    chat roles, for BPE training.
+
+    Envs with an expert that writes whole responses (``oracle_response()``: WebShop,
+    the tool envs) are also played by it from each seed, so that the pages, tool
+    calls and tool results of a whole episode are in the corpus, not only its first
+    observation (the grid envs' later observations are like their first).
+    """
     texts: list[str] = []
     for name in names:
         env = _text_env(name)
         for seed in range(seeds):
             observation, _ = env.reset(seed=seed)
             texts += [observation, env.instructions]
+            texts += _expert_episode(env)
         texts += [f"<answer>{action}</answer>" for action in env.action_names]
+        env.close()
     texts += list(CHAT_ROLES)
     return texts * 4
+
+
+def _expert_episode(env: Any) -> list[str]:
+    """The responses, observations and tool results of the env's expert playing on
+    from the env's current state; empty for an env without ``oracle_response()``."""
+    oracle = getattr(env, "oracle_response", None)
+    if not callable(oracle):
+        return []
+    texts: list[str] = []
+    done = False
+    while not done:
+        response = str(oracle())
+        observation, _, terminated, truncated, info = env.step(response)
+        texts += [response, observation, *map(str, info.get("tool_results") or [])]
+        done = terminated or truncated
+    return texts
 
 
 def instruction_lines(names: Iterable[str] = ("sokoban", "frozen_lake")) -> list[str]:

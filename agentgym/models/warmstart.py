@@ -2,12 +2,15 @@
 envs' own experts.
 
 The envs' solvers (``env.solve()``: Sokoban's A*, FrozenLake's BFS) label
-states with a shortest plan's first action. Each (state, action) pair becomes
-one example rendered exactly as the rollout's ``step`` mode prompts without
-history: the env's instructions as the system message, the observation as the
-user message, the chat template's generation prompt, then the expert's answer
-(``<answer>Up</answer>`` and the end-of-turn token), which alone carries the
-loss. The warm start is meant to be short: the model learns the format and a
+states with a shortest plan's first action; envs whose expert writes whole
+responses (``env.oracle_response()``: WebShop's shopper, the tool envs' tool
+calls and answers) label each state with that response. Each (state, response)
+pair becomes one example rendered exactly as the rollout's ``step`` mode
+prompts it with ``history_length`` past turns: the env's instructions as the
+system message, the kept turns and the observation (tool results as ``tool``
+messages), the chat template's generation prompt, then the expert's response
+(e.g. ``<answer>Up</answer>``) and the end-of-turn token, which alone carry
+the loss. The warm start is meant to be short: the model learns the format and a
 rough policy, and reinforcement learning has room to improve it. With
 ``label_noise`` the demonstrator is ε-greedy (a fraction of labels are random
 actions), as in offline-RL "medium" datasets: the model learns to read the
@@ -66,8 +69,12 @@ class WarmStartSpec:
             cross-entropy (needs every action's answer to differ from the
             others in one token); ``sampled``: each label is drawn.
         envs: Env name → constructor arguments of the envs that demonstrate.
-            Every env needs a ``solve()`` method.
+            Every env needs a ``solve()`` or an ``oracle_response()`` method;
+            ``explore`` and ``label_noise`` apply to the envs with a fixed
+            action vocabulary and a solver.
         seed: Seeds the episodes, the exploration, the batches and the update.
+        history_length: Past turns in each example's prompt, as the rollout's
+            ``step`` mode keeps them (the run's ``history_length``).
     """
 
     steps: int = 600
@@ -80,10 +87,11 @@ class WarmStartSpec:
     label_noise_mode: str = "expected"
     envs: Mapping[str, Mapping[str, Any]] = field(default_factory=_default_envs)
     seed: int = 0
+    history_length: int = 0
 
     def __post_init__(self) -> None:
-        for key in ("steps", "batch_size", "examples_per_env"):
-            if getattr(self, key) < (0 if key == "steps" else 1):
+        for key in ("steps", "batch_size", "examples_per_env", "history_length"):
+            if getattr(self, key) < (0 if key in ("steps", "history_length") else 1):
                 raise ValueError(f"warm start {key} must be positive, got {getattr(self, key)}")
         if not 0.0 <= self.explore < 1.0:
             raise ValueError(f"warm start explore must be in [0, 1), got {self.explore}")
@@ -125,7 +133,28 @@ class Example:
     choice_ids: tuple[int, ...] = ()
 
 
-def expert_pairs(
+Message = dict[str, str]
+"""A chat message: ``{"role": ..., "content": ...}``."""
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """One expert turn, before tokenization.
+
+    Attributes:
+        messages: The turn's ``step``-mode prompt: the system message (the env's
+            instructions), the kept past turns and the observation.
+        response: The expert's response text.
+        action: The expert's action name where the env has a solver (label
+            noise replaces it), else the response.
+    """
+
+    messages: tuple[Message, ...]
+    response: str
+    action: str
+
+
+def demonstrations(
     name: str,
     kwargs: Mapping[str, Any],
     count: int,
@@ -133,54 +162,98 @@ def expert_pairs(
     explore: float,
     seed: int,
     label_noise: float = 0.0,
-) -> list[tuple[str, str, str, str]]:
-    """``count`` (instructions, observation, expert action, response format) tuples.
+    history_length: int = 0,
+) -> list[Demonstration]:
+    """``count`` expert turns of env ``name``, each with its ``step``-mode prompt.
 
-    Episodes are played from seeds ``seed, seed + 1, ...``: the solver's action
-    is recorded at every state (a random action instead, with probability
+    Episodes are played from seeds ``seed, seed + 1, ...``. An env with a
+    solver (``solve()``: the grid envs) is labelled with the solver's first
+    action at every state (a random action instead, with probability
     ``label_noise``); with probability ``explore`` a random action is played
-    instead of the solver's. States the solver cannot solve (a Sokoban box in
-    a corner, a FrozenLake hole) end the episode without a label.
+    instead of the solver's, and states the solver cannot solve (a Sokoban box
+    in a corner, a FrozenLake hole) end the episode. An env whose expert writes
+    whole responses (``oracle_response()``: WebShop, the tool envs) is played
+    and labelled by it. Tool results come back as ``tool`` messages, other
+    observations as ``user`` messages, as in the rollout.
 
     Raises:
-        TypeError: If the env is not a :class:`TextEnv` with a ``solve()``.
+        TypeError: If the env has neither ``solve()`` nor ``oracle_response()``.
     """
     from agentgym.envs.adapter import make_text_env
+    from agentgym.envs.scripted import format_response
 
     env = make_text_env(name, kwargs)
+    oracle = getattr(env, "oracle_response", None)
     solve = getattr(env, "solve", None)
-    if not callable(solve):
-        raise TypeError(f"warm start: env {name!r} has no solve() to demonstrate with")
+    if not callable(oracle) and not callable(solve):
+        env.close()
+        raise TypeError(
+            f"warm start: env {name!r} has no solve() and no oracle_response() to "
+            "demonstrate with; leave it out of model.warm_start.envs"
+        )
     rng = np.random.default_rng(seed)
     label_rng = np.random.default_rng([seed, 1])  # its own stream: the moves don't depend on it
-    pairs: list[tuple[str, str, str, str]] = []
+    found: list[Demonstration] = []
     episode = seed
-    while len(pairs) < count:
+    while len(found) < count:
         observation, _ = env.reset(seed=episode)
         episode += 1
+        messages: list[Message] = [
+            {"role": "system", "content": env.instructions},
+            {"role": "user", "content": observation},
+        ]
         done = False
-        while not done and len(pairs) < count:
-            plan = solve()
-            if not plan:  # solved already, or unsolvable from here
-                break
-            label = plan[0]
-            if label_rng.random() < label_noise:
-                label = env.action_names[int(label_rng.integers(len(env.action_names)))]
-            pairs.append((env.instructions, observation, label, env.response_format))
-            action = plan[0]
-            if rng.random() < explore:
-                action = env.action_names[int(rng.integers(len(env.action_names)))]
-            observation, _, terminated, truncated, _ = env.step(f"<answer>{action}</answer>")
+        while not done and len(found) < count:
+            if callable(oracle):
+                response = label = played = str(oracle())
+            elif callable(solve):
+                plan = solve()
+                if not plan:  # solved already, or unsolvable from here
+                    break
+                label = plan[0]
+                if label_rng.random() < label_noise:
+                    label = env.action_names[int(label_rng.integers(len(env.action_names)))]
+                response = format_response([label], env.response_format)
+                action = plan[0]
+                if rng.random() < explore:
+                    action = env.action_names[int(rng.integers(len(env.action_names)))]
+                played = f"<answer>{action}</answer>"
+            found.append(Demonstration(step_window(messages, history_length), response, label))
+            observation, _, terminated, truncated, info = env.step(played)
+            messages += [{"role": "assistant", "content": played}]
+            messages += observation_messages(observation, info)
             done = terminated or truncated
     env.close()
-    return pairs
+    return found
+
+
+def step_window(messages: Sequence[Message], history_length: int) -> tuple[Message, ...]:
+    """The messages of a ``step``-mode prompt: the system message, the last
+    ``history_length`` turns (each from the observation it answered) and the newest
+    observation; the rule of the rollout's step prompts."""
+    assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    if not assistant or history_length == 0:
+        start = assistant[-1] + 1 if assistant else 1
+    else:
+        start = assistant[-history_length:][0]
+        while start > 1 and messages[start - 1]["role"] != "assistant":
+            start -= 1  # keep the observation the first kept response answered
+    return (messages[0], *messages[start:])
+
+
+def observation_messages(observation: str, info: Mapping[str, Any]) -> list[Message]:
+    """Tool results become ``tool`` messages; any other observation a ``user`` message."""
+    results = info.get("tool_results")
+    if results:
+        return [{"role": "tool", "content": str(result)} for result in results]
+    return [{"role": "user", "content": observation}]
 
 
 def build_examples(tokenizer: Any, spec: WarmStartSpec) -> list[Example]:
     """Every env's demonstrations, tokenized as the rollout's ``step`` prompts.
 
     Raises:
-        ValueError: If ``label_noise_mode`` is ``expected`` and an env's
+        ValueError: If ``label_noise_mode`` is ``expected`` and a solver env's
             answers to its actions do not differ in exactly one token.
     """
     from agentgym.envs.adapter import make_text_env
@@ -188,30 +261,34 @@ def build_examples(tokenizer: Any, spec: WarmStartSpec) -> list[Example]:
     expected = spec.expected_noise > 0
     examples = []
     for offset, (name, kwargs) in enumerate(sorted(spec.envs.items())):
-        pairs = expert_pairs(
+        env = make_text_env(name, kwargs)
+        names, response_format, tools = list(env.action_names), env.response_format, env.tools
+        solver = callable(getattr(env, "solve", None)) and not callable(
+            getattr(env, "oracle_response", None)
+        )
+        env.close()
+        found = demonstrations(
             name,
             kwargs,
             spec.examples_per_env,
             explore=spec.explore,
             seed=spec.seed * 1_000_003 + offset * 100_003,
             label_noise=0.0 if expected else spec.label_noise,
+            history_length=spec.history_length,
         )
         choice_index: int | None = None
         choice_ids: tuple[int, ...] = ()
-        if expected and pairs:
-            env = make_text_env(name, kwargs)
-            names, response_format = list(env.action_names), pairs[0][3]
-            env.close()
+        if expected and solver and found:
             choice_index, choice_ids = action_choice(
                 name, [answer_tokens(tokenizer, a, response_format) for a in names]
             )
-        for instructions, observation, action, response_format in pairs:
+        for demonstration in found:
             examples.append(
                 Example(
                     env_name=name,
-                    prompt_ids=prompt_ids(tokenizer, instructions, observation),
-                    answer_ids=answer_tokens(tokenizer, action, response_format),
-                    action=action,
+                    prompt_ids=render_prompt(tokenizer, demonstration.messages, tools),
+                    answer_ids=response_tokens(tokenizer, demonstration.response),
+                    action=demonstration.action,
                     choice_index=choice_index,
                     choice_ids=choice_ids,
                 )
@@ -219,12 +296,16 @@ def build_examples(tokenizer: Any, spec: WarmStartSpec) -> list[Example]:
     return examples
 
 
+def response_tokens(tokenizer: Any, response: str) -> list[int]:
+    """A response, tokenized, the end-of-turn token included."""
+    return [*tokenizer.encode(response, add_special_tokens=False), tokenizer.eos_token_id]
+
+
 def answer_tokens(tokenizer: Any, action: str, response_format: str) -> list[int]:
     """The answer that plays ``action``, tokenized, the end-of-turn token included."""
     from agentgym.envs.scripted import format_response
 
-    text = format_response([action], response_format)
-    return [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
+    return response_tokens(tokenizer, format_response([action], response_format))
 
 
 def action_choice(env_name: str, answers: Sequence[Sequence[int]]) -> tuple[int, tuple[int, ...]]:
@@ -250,7 +331,17 @@ def prompt_ids(tokenizer: Any, instructions: str, observation: str) -> list[int]
         {"role": "system", "content": instructions},
         {"role": "user", "content": observation},
     ]
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return render_prompt(tokenizer, messages)
+
+
+def render_prompt(
+    tokenizer: Any, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()
+) -> list[int]:
+    """``messages`` in the chat template with its generation prompt, tokenized
+    (``tools``: the env's tool schemas, for templates that list them)."""
+    text = tokenizer.apply_chat_template(
+        list(messages), tools=list(tools) or None, tokenize=False, add_generation_prompt=True
+    )
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 

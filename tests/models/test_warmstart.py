@@ -22,10 +22,11 @@ from agentgym.models.warmstart import (
     answer_loss,
     build_examples,
     collate,
-    expert_pairs,
+    demonstrations,
     greedy_answers,
     warm_start,
 )
+from tests.rollout.envs import CountEnv, registered
 
 SOKOBAN = {"dim_room": [6, 6], "num_boxes": 1, "max_steps": 10, "search_depth": 3}
 LAKE = {"size": 4, "max_steps": 10}
@@ -44,27 +45,30 @@ def random_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
 
 
 def test_expert_labels_are_the_solvers_first_moves() -> None:
-    pairs = expert_pairs("sokoban", SOKOBAN, 40, explore=0.5, seed=3)
-    assert len(pairs) == 40
+    found = demonstrations("sokoban", SOKOBAN, 40, explore=0.5, seed=3)
+    assert len(found) == 40
     env: Any = agentgym.make("sokoban", **SOKOBAN).unwrapped
-    for instructions, observation, action, response_format in pairs:
-        assert instructions == env.instructions and response_format == "answer"
-        assert action in ACTIONS and observation.count("\n") == 5
+    for demonstration in found:
+        system, observation = demonstration.messages  # no history: system and observation
+        assert system == {"role": "system", "content": env.instructions}
+        assert observation["role"] == "user" and observation["content"].count("\n") == 5
+        assert demonstration.action in ACTIONS
+        assert demonstration.response == f"<answer>{demonstration.action}</answer>"
     # without exploration, an episode's labels are one optimal plan, state by state
-    first = expert_pairs("sokoban", SOKOBAN, 3, explore=0.0, seed=7)
+    first = demonstrations("sokoban", SOKOBAN, 3, explore=0.0, seed=7)
     env.reset(seed=7)
-    assert [action for _, _, action, _ in first] == env.solve()[:3]
+    assert [d.action for d in first] == env.solve()[:3]
 
 
 def test_label_noise_replaces_labels_but_not_the_states_visited() -> None:
-    clean = expert_pairs("frozen_lake", LAKE, 400, explore=0.25, seed=5)
-    noisy = expert_pairs("frozen_lake", LAKE, 400, explore=0.25, seed=5, label_noise=0.5)
+    clean = demonstrations("frozen_lake", LAKE, 400, explore=0.25, seed=5)
+    noisy = demonstrations("frozen_lake", LAKE, 400, explore=0.25, seed=5, label_noise=0.5)
     # the same episodes are played: the moves do not depend on the labels
-    assert [p[1] for p in noisy] == [p[1] for p in clean]
-    changed = sum(c[2] != n[2] for c, n in zip(clean, noisy, strict=True))
+    assert [d.messages for d in noisy] == [d.messages for d in clean]
+    changed = sum(c.action != n.action for c, n in zip(clean, noisy, strict=True))
     # half the labels are drawn uniformly, and 3 in 4 of those differ from the solver's
     assert 0.25 < changed / 400 < 0.5
-    assert {n[2] for n in noisy} == set(ACTIONS)
+    assert {n.action for n in noisy} == set(ACTIONS)
     with pytest.raises(ValueError, match="label_noise must be in"):
         WarmStartSpec(label_noise=1.5)
 
@@ -200,6 +204,96 @@ def test_bad_warm_start_settings_fail_clearly(kwargs: dict[str, Any], message: s
         WarmStartSpec(**kwargs)
 
 
-def test_an_env_without_a_solver_is_refused() -> None:
-    with pytest.raises(TypeError, match="no solve"):
-        expert_pairs("math_tool", {}, 1, explore=0.0, seed=0)
+class Unsolved(CountEnv):
+    """CountEnv without its solver."""
+
+    solve = None  # type: ignore[assignment]
+
+
+def test_an_env_without_an_expert_is_refused() -> None:
+    with (
+        registered("count_no_expert", Unsolved),
+        pytest.raises(TypeError, match=r"has no solve\(\) and no oracle_response\(\)"),
+    ):
+        demonstrations("count_no_expert", {}, 1, explore=0.0, seed=0)
+
+
+def test_oracle_envs_demonstrate_whole_responses_with_their_history() -> None:
+    call, answer = demonstrations("math_tool", {}, 2, explore=0.5, seed=0, history_length=1)
+    assert call.response.startswith('<tool_call>{"name": "python"')
+    assert call.action == call.response  # no action vocabulary: the label is the response
+    assert [m["role"] for m in call.messages] == ["system", "user"]
+    # the answer turn keeps the question and the call, then the tool's result
+    assert [m["role"] for m in answer.messages] == ["system", "user", "assistant", "tool"]
+    assert answer.messages[1] == call.messages[1] and answer.messages[2]["content"] == call.response
+    printed = answer.messages[3]["content"].strip()
+    assert answer.response == f"<answer>{printed}</answer>"
+    # without history the answer turn sees the result only
+    _, alone = demonstrations("math_tool", {}, 2, explore=0.0, seed=0)
+    assert [m["role"] for m in alone.messages] == ["system", "tool"]
+
+
+@pytest.mark.parametrize(
+    ("env", "history_length"),
+    [("sokoban", 0), ("webshop", 0), ("sql", 1), ("search_qa", 2), ("math_tool", 1)],
+)
+def test_demonstration_prompts_are_the_rollouts_step_prompts(
+    tiny_tokenizer: Any, env: str, history_length: int
+) -> None:
+    # the rollout, with the env's expert as the policy, shows the model exactly the
+    # prompts the warm start trains on (token for token)
+    import asyncio
+
+    from agentgym.envs.adapter import make_text_env
+    from agentgym.models.warmstart import render_prompt
+    from agentgym.rollout.backends.base import SamplingParams
+    from agentgym.rollout.backends.scripted import ScriptedBackend
+    from agentgym.rollout.chat import ChatTokenizer
+    from agentgym.rollout.env_manager import EnvManager
+    from agentgym.rollout.loop import RolloutConfig, collect
+
+    kwargs = SOKOBAN if env == "sokoban" else {}
+    manager = EnvManager(
+        tags=[env],
+        env_groups=2,
+        group_size=1,
+        env_configs={env: {"name": env, "kwargs": kwargs}},
+        seed=1,
+    )
+    config = RolloutConfig(
+        mode="step", history_length=history_length, sequence_length=4096, max_turns=8,
+        sampling=SamplingParams(max_new_tokens=512),
+    )  # fmt: skip
+    result = asyncio.run(
+        collect(manager, ScriptedBackend(tiny_tokenizer), ChatTokenizer(tiny_tokenizer), config)
+    )
+    tools = make_text_env(env, kwargs).tools
+    for trajectory in result.trajectories:
+        assert trajectory.success and len(trajectory.turns) >= 2
+        found = demonstrations(
+            env, kwargs, len(trajectory.turns), explore=0.0, seed=trajectory.seed,
+            history_length=history_length,
+        )  # fmt: skip
+        for turn, demonstration in zip(trajectory.turns, found, strict=True):
+            assert render_prompt(tiny_tokenizer, demonstration.messages, tools) == turn.prompt_ids
+            assert demonstration.response == turn.response_text
+
+
+def test_the_default_recipe_keeps_its_cache_folder(tmp_path: Path) -> None:
+    # history_length joined the warm start after models were cached: at its default it
+    # stays out of the cache key, so the folders of the earlier recipe stay valid
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    from agentgym.models.tiny import TINY_VERSION
+
+    spec, recipe = TinyModelSpec(), WarmStartSpec(steps=0)
+    earlier = {k: v for k, v in asdict(recipe).items() if k != "history_length"}
+    key = {"spec": asdict(spec), "envs": ["sokoban", "frozen_lake"], "warm_start": earlier}
+    digest = hashlib.sha256(
+        json.dumps({**key, "version": TINY_VERSION}, sort_keys=True).encode()
+    ).hexdigest()[:12]
+    assert ensure_tiny_model(spec, tmp_path, warm_start=recipe).name == f"tiny-{digest}"
+    longer = ensure_tiny_model(spec, tmp_path, warm_start=WarmStartSpec(steps=0, history_length=1))
+    assert longer.name != f"tiny-{digest}"
