@@ -104,12 +104,32 @@ class Section(BaseModel):
 # Groups -------------------------------------------------------------------------------
 
 
+class EnvWarmStart(Section):
+    """``env.warm_start``: the tiny default model's warm start for this env, read by
+    ``model.warm_start``'s keys of the same names (None: the model group's value)."""
+
+    envs: dict[str, dict[str, Any]] | None = None
+    steps: NonNegativeInt | None = None
+    batch_size: PositiveInt | None = None
+
+
 class EnvGroup(Section):
-    """``env/``: what to play."""
+    """``env/``: what to play, and the budgets that fit it.
+
+    The budgets are read by the top-level keys of the same names
+    (``max_new_tokens`` by ``generation.max_new_tokens``) and by ``model.warm_start``
+    (``warm_start``: whose experts demonstrate, for how many steps); None leaves
+    those keys at their defaults, and a key given on the command line wins over
+    the env's value.
+    """
 
     name: str = "sokoban"
     kwargs: dict[str, Any] = Field(default_factory=dict)
     max_new_tokens: PositiveInt | None = None
+    sequence_length: PositiveInt | None = None
+    max_turns: PositiveInt | None = None
+    history_length: NonNegativeInt | None = None
+    warm_start: EnvWarmStart = EnvWarmStart()
     instructions: str | None = None
 
 

@@ -65,11 +65,11 @@ def test_the_shipped_yaml_equals_the_schema_defaults() -> None:
         ("tracker=wandb",),
         ("tracker=swanlab",),
         ("env=frozen_lake",),
-        ("env=webshop", "sequence_length=4096"),
-        ("env=math_tool", "sequence_length=4096"),
+        ("env=webshop",),
+        ("env=math_tool",),
         ("env=gymnasium", "env.name=some.module:Coin-v0"),
-        ("env=sql", "sequence_length=4096"),
-        ("env=search_qa", "sequence_length=4096"),
+        ("env=sql",),
+        ("env=search_qa",),
     ],
 )
 def test_every_shipped_group_option_is_valid(overrides: tuple[str, ...]) -> None:
