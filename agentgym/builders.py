@@ -345,6 +345,54 @@ def apply_system_envs(config: TrainConfig) -> None:
     os.environ.update({key: str(value) for key, value in config.system_envs.items()})
 
 
+def check_envs(config: TrainConfig) -> None:
+    """Build each env the run will play (every tag of both env managers, with its
+    arguments) and reset it once, so that arguments an env rejects fail in seconds,
+    before any model work, instead of as failed episodes.
+
+    Raises:
+        ConfigError: Naming the env, the arguments its message mentions (all of
+            them when it mentions none) and the env's own message.
+    """
+    import re
+
+    from agentgym.envs.adapter import make_text_env
+
+    checked: set[str] = set()
+    for key, section in (
+        ("train_env_manager", config.train_env_manager),
+        ("val_env_manager", config.val_env_manager),
+    ):
+        for tag in section.tags:
+            entry = section.env_configs.get(tag)
+            name, kwargs = tag, dict(config.env.kwargs)
+            where = "env.kwargs"
+            if entry is not None:
+                name = entry.get("name", tag)
+                kwargs = dict(entry.get("kwargs") or {})
+                where = f"{key}.env_configs.{tag}.kwargs"
+            if section.format_penalty is not None:
+                kwargs["format_penalty"] = section.format_penalty
+            fingerprint = repr((name, sorted(kwargs.items(), key=str)))
+            if fingerprint in checked:
+                continue
+            checked.add(fingerprint)
+            try:
+                env = make_text_env(name, kwargs)
+                try:
+                    env.reset(seed=config.seed)
+                finally:
+                    env.close()
+            except Exception as error:
+                message = str(error) or type(error).__name__
+                named = [k for k in kwargs if re.search(rf"\b{re.escape(str(k))}\b", message)]
+                given = ", ".join(f"{where}.{k}={kwargs[k]!r}" for k in named or kwargs)
+                raise ConfigError(
+                    f"env {name!r} rejects its arguments ({given or 'none given'}): "
+                    f"{type(error).__name__}: {message}"
+                ) from None
+
+
 def build_train(
     config: TrainConfig,
     resolved: dict[str, Any],
@@ -360,6 +408,7 @@ def build_train(
         resume_run_id: The tracker run to continue (from the checkpoint resumed).
         resume_step: The step resumed from (later metrics lines are dropped).
     """
+    check_envs(config)
     grpo = grpo_config(config)
     path = model_path(config)
     workers = cluster(config)
