@@ -34,9 +34,10 @@ from agentgym.schema import (
     device_mappings,
     dual_clip_c,
 )
-from agentgym.trainers.grpo import RUN_CONFIG, GRPOConfig, TrainParts, kl_controller
+from agentgym.trainers.grpo import GRPOConfig, TrainParts, kl_controller
 from agentgym.trainers.ranks import start_rank_group
 from agentgym.trainers.rewards import RunningMoments
+from agentgym.trainers.run_state import RUN_CONFIG
 from agentgym.trainers.strategies import Critic, Strategy, build_critic, build_strategy
 from agentgym.trainers.strategies.torch_strategy import optimizer_steps
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker

@@ -45,7 +45,7 @@ from agentgym.rollout.render import dump_trajectories, render_trajectories
 from agentgym.schema import TrainConfig, validate
 from agentgym.train import open_mapping_overrides, register_env_configs
 from agentgym.trainers.checkpoint import latest_checkpoint
-from agentgym.trainers.grpo import RUN_CONFIG
+from agentgym.trainers.run_state import RUN_CONFIG
 
 POLICIES = ("auto", "model", *AGENTS)
 

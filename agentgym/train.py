@@ -116,7 +116,7 @@ def resume_state(config: TrainConfig) -> dict[str, Any] | None:
     Raises:
         ConfigError: When resuming and there is no checkpoint, saying what to pass.
     """
-    from agentgym.trainers.grpo import find_checkpoint
+    from agentgym.trainers.run_state import find_checkpoint
 
     if config.resume_from_checkpoint is False:
         return None
@@ -187,7 +187,7 @@ def run(cfg: DictConfig) -> None:
 
 @hydra.main(version_base=None, config_path="configs", config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
-    from agentgym.trainers.grpo import RolloutFailedError
+    from agentgym.trainers.batch_prep import RolloutFailedError
 
     try:
         run(cfg)

@@ -259,3 +259,10 @@ class Router:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+
+
+def sync_breakdown(backend: GenerationBackend) -> dict[str, float]:
+    """Where the latest weight sync of ``backend`` spent its time (pack, transfer,
+    load; a :class:`Router` over bucket loaders), else nothing."""
+    stats = getattr(backend, "last_sync", None)
+    return stats.metrics() if isinstance(stats, WeightSyncStats) else {}

@@ -28,6 +28,7 @@ from agentgym.rollout.backends.base import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, collect
+from agentgym.rollout.router import sync_breakdown
 from agentgym.rollout.scheduler import (
     AsyncRollout,
     PausableBackend,
@@ -50,6 +51,12 @@ class StepRollout:
 
 class RolloutSource(Protocol):
     """What the recipe asks of rollout (see the module docstring)."""
+
+    @property
+    def version(self) -> int:
+        """The weights version the engines hold now (the number of the last step whose
+        update they carry, or that skipped one; 0 before any)."""
+        ...
 
     def start(self, step: int) -> None:
         """Begin with the batch of step ``step + 1``; the engines hold version ``step``
@@ -81,6 +88,12 @@ class RolloutSource(Protocol):
 
     async def paused(self, work: Callable[[], Awaitable[_T]]) -> _T:
         """Run ``work`` (validation) with the training episodes' generation paused."""
+        ...
+
+    async def run_work(self, work: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """Run the trainer's blocking ``work`` (batch preparation, the update) as this
+        source needs: in this thread when nothing generates meanwhile (Ctrl-C stops
+        it at once), in a worker thread while episodes keep generating."""
         ...
 
     def state_dict(self, step: int) -> dict[str, Any]:
@@ -133,9 +146,11 @@ class SyncSource:
         self.backend = backend
         self.chat = chat
         self.config = config
+        self.version = 0
 
     def start(self, step: int) -> None:
-        """Nothing runs before a step asks."""
+        """Nothing runs before a step asks; the engines hold version ``step``."""
+        self.version = step
 
     async def next_batch(self, step: int) -> StepRollout:
         """Play the manager's next batch now (a progress bar on a terminal)."""
@@ -155,14 +170,21 @@ class SyncSource:
         self, update: Callable[[], Awaitable[None]], *, timeout: float
     ) -> dict[str, float]:
         """Nothing generates between steps: just the update, timed."""
-        return {"time/weight_sync": await timed_update(update, self.backend, timeout=timeout)}
+        seconds = await timed_update(update, self.backend, timeout=timeout)
+        self.version += 1
+        return {"time/weight_sync": seconds} | sync_breakdown(self.backend)
 
     def skip_update(self) -> None:
-        """The next step samples with version ``step`` by its number: nothing to count."""
+        """Same weights, the next version number."""
+        self.version += 1
 
     async def paused(self, work: Callable[[], Awaitable[_T]]) -> _T:
         """Nothing generates between steps."""
         return await work()
+
+    async def run_work(self, work: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """In this thread: nothing generates while the step trains."""
+        return work(*args, **kwargs)
 
     def state_dict(self, step: int) -> dict[str, Any]:
         """The manager's cursor (the next batch is the next step's)."""
@@ -200,9 +222,16 @@ class AheadSource:
         self.config = config
         self.ratio = ratio
         self.pipeline: AsyncRollout | None = None
+        self._start_version = 0
+
+    @property
+    def version(self) -> int:
+        """The version the generation client records (see :class:`RolloutSource`)."""
+        return self._start_version if self.pipeline is None else self.pipeline.client.version
 
     def start(self, step: int) -> None:
         """Start every env's episode loop from the batch of step ``step + 1``."""
+        self._start_version = step
         self.pipeline = AsyncRollout(
             self.manager,
             PausableBackend(self.backend, version=step),
@@ -235,7 +264,11 @@ class AheadSource:
         """Pause generation (requests in flight finish), update, bump the version, resume."""
         pipeline = self._running()
         times = await pipeline.sync(update, timeout=timeout)
-        return times.metrics() | {"async/policy_version": float(pipeline.client.version)}
+        return (
+            times.metrics()
+            | sync_breakdown(self.backend)
+            | {"async/policy_version": float(pipeline.client.version)}
+        )
 
     def skip_update(self) -> None:
         """Same weights, the next version number: admit the next batch."""
@@ -250,6 +283,21 @@ class AheadSource:
             return await work()
         finally:
             client.resume()
+
+    async def run_work(self, work: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """In a worker thread, while the loop keeps the episodes of later steps going;
+        the thread uses this thread's torch thread count (a new thread's OpenMP team
+        may differ, and with it the order of float reductions: the update would not
+        be bit for bit the synchronous one)."""
+        import torch
+
+        threads = torch.get_num_threads()
+
+        def run() -> _T:
+            torch.set_num_threads(threads)
+            return work(*args, **kwargs)
+
+        return await asyncio.to_thread(run)
 
     def state_dict(self, step: int) -> dict[str, Any]:
         """The cursor of the first batch not yet trained (those in flight are not saved)."""

@@ -50,16 +50,16 @@ def phases() -> dict[str, Phase]:
     """The phases a test can stop a run in, by the name the run's last line gives them."""
     from agentgym import builders
     from agentgym.rollout.backends.hf import HFBackend
-    from agentgym.trainers import grpo
+    from agentgym.trainers import grpo, run_state, updates
 
     return {
         "model build": Phase((builders, "policy_strategy"), (builders, "build_strategy")),
         "engine start": Phase((builders, "generation_backend"), (builders, "make_backend")),
         "validation": Phase((grpo, "validate"), (HFBackend, "generate")),
-        "policy update": Phase((grpo, "update_policy"), (grpo, "minibatches")),
+        "policy update": Phase((grpo, "update_policy"), (updates, "minibatches")),
         # the second: checkpoint-1 is complete, so the line names it
-        "checkpoint": Phase((grpo, "checkpoint"), (grpo, "save_checkpoint"), occurrence=2),
-        "weight sync": Phase((grpo, "sync_weights"), (HFBackend, "update_weights")),
+        "checkpoint": Phase((grpo, "checkpoint"), (run_state, "save_checkpoint"), occurrence=2),
+        "weight sync": Phase((grpo, "push_weights"), (HFBackend, "update_weights")),
     }
 
 

@@ -21,7 +21,7 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentgym.rollout.scheduler import AsyncRollout
+    from agentgym.rollout.source import RolloutSource
     from agentgym.trainers.grpo import TrainParts
 
 logger = logging.getLogger(__name__)
@@ -40,17 +40,15 @@ PHASES: dict[tuple[str, str], str] = {
     ("agentgym.builders", "generation_backend"): "engine start",
     ("agentgym.builders", "env_manager"): "env start",
     ("agentgym.trainers.grpo", "train"): "training",
-    ("agentgym.trainers.grpo", "restore"): "checkpoint load",
-    ("agentgym.trainers.grpo", "start_async_rollout"): "rollout start",
-    ("agentgym.trainers.grpo", "collect_step"): "rollout",
-    ("agentgym.rollout.scheduler", "next_batch"): "rollout",
-    ("agentgym.trainers.grpo", "prepare_batch"): "advantages",
-    ("agentgym.trainers.grpo", "update_policy"): "policy update",
-    ("agentgym.trainers.grpo", "update_critic"): "critic update",
+    ("agentgym.trainers.run_state", "restore"): "checkpoint load",
+    ("agentgym.rollout.source", "next_batch"): "rollout",
+    ("agentgym.trainers.batch_prep", "prepare_batch"): "advantages",
+    ("agentgym.trainers.updates", "update_policy"): "policy update",
+    ("agentgym.trainers.updates", "update_critic"): "critic update",
     ("agentgym.trainers.grpo", "sync_weights"): "weight sync",
-    ("agentgym.trainers.grpo", "async_sync_weights"): "weight sync",
+    ("agentgym.trainers.grpo", "push_weights"): "weight sync",
     ("agentgym.trainers.grpo", "validate"): "validation",
-    ("agentgym.trainers.grpo", "checkpoint"): "checkpoint",
+    ("agentgym.trainers.run_state", "checkpoint"): "checkpoint",
     ("agentgym.trainers.lifecycle", "shut_down"): "shutdown",
 }
 """Phase names by (module, function): the innermost of these on a stack names the phase."""
@@ -77,8 +75,9 @@ def stack_of(frame: FrameType | None) -> list[FrameType]:
 def _key(frame: FrameType) -> tuple[str, str]:
     module = str(frame.f_globals.get("__name__", ""))
     name = frame.f_code.co_name
-    if name == "in_thread" and callable(work := frame.f_locals.get("work")):
-        name = getattr(work, "__name__", name)  # async generation: the update runs in a thread
+    if name == "run_work" and callable(work := frame.f_locals.get("work")):
+        # the source runs the trainer's work, in a thread when episodes generate meanwhile
+        return str(getattr(work, "__module__", module)), str(getattr(work, "__name__", name))
     return module, name
 
 
@@ -132,8 +131,18 @@ class _Closer:
         self.interrupt: KeyboardInterrupt | None = None
         self.loop_held_by: str | None = None
 
-    def run(self, part: str, close: Callable[[], object]) -> None:
-        """Close ``part`` with ``close()``."""
+    def run(self, part: str, close: Callable[[], object], *, main_thread: bool = False) -> None:
+        """Close ``part`` with ``close()``; with ``main_thread``, in this thread and not
+        bounded (trackers such as SwanLab and W&B reset signal handlers as they finish,
+        which only the main thread may do)."""
+        if main_thread:
+            try:
+                close()
+            except KeyboardInterrupt as interrupt:
+                self.interrupt = self.interrupt or interrupt
+            except Exception as error:
+                self._fail(part, error)
+            return
         if not self._in_thread(part, close, self.timeout):
             self._fail(part, TimeoutError(f"closing {part} took longer than {self.timeout} s"))
 
@@ -196,7 +205,7 @@ class _Closer:
 def shut_down(
     parts: TrainParts,
     loop: asyncio.AbstractEventLoop,
-    pipeline: AsyncRollout | None = None,
+    source: RolloutSource | None = None,
     *,
     unwinding: bool = False,
     timeout: float = CLOSE_TIMEOUT,
@@ -211,7 +220,7 @@ def shut_down(
     Args:
         parts: The run's parts.
         loop: The recipe's event loop (closed here).
-        pipeline: The async rollout, when the run has one.
+        source: The rollout source (its episodes in flight are cancelled first).
         unwinding: An exception is on its way out already: failures are logged
             but not raised, so that they do not replace it.
         timeout: Seconds each close may take; a close that takes longer is left
@@ -223,8 +232,8 @@ def shut_down(
             every part was tried).
     """
     closer = _Closer(timeout)
-    if pipeline is not None:
-        closer.run_on_loop("async rollout", loop, pipeline.close)
+    if source is not None:
+        closer.run_on_loop("rollout source", loop, source.close)
     closer.run_on_loop("pending episodes", loop, lambda: _cancel_pending(loop))
     closer.run("train envs", parts.train_manager.close)
     closer.run("validation envs", parts.val_manager.close)
@@ -233,7 +242,7 @@ def shut_down(
         closer.run("event loop", loop.close)
     else:  # a running loop cannot be closed; the failure of the close that holds it says so
         logger.error("shutdown: event loop: not closed, %s holds it", closer.loop_held_by)
-    closer.run("tracker", parts.tracker.close)
+    closer.run("tracker", parts.tracker.close, main_thread=True)
     if parts.cluster is not None:  # every worker it started (trainer ranks, engines, envs)
         closer.run("cluster", parts.cluster.shutdown)
     if closer.interrupt is not None:

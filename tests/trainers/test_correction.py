@@ -216,7 +216,8 @@ def test_prepare_batch_applies_the_correction_after_the_advantages() -> None:
     from typing import cast
 
     from agentgym.builders import default_grpo_config
-    from agentgym.trainers.grpo import TrainParts, prepare_batch
+    from agentgym.trainers.batch_prep import prepare_batch
+    from agentgym.trainers.grpo import TrainParts
     from agentgym.trajectory import Trajectory, Turn
 
     class Trainer:  # the proximal policy: log π_prox = -1 on every token

@@ -13,18 +13,13 @@ import pytest
 import torch
 
 from agentgym.builders import default_grpo_config
-from agentgym.trainers.grpo import (
-    CRITIC_DIR,
-    TrainParts,
-    ValueLoss,
-    checkpoint,
-    kl_controller,
-    restore,
-    update_critic,
-)
+from agentgym.trainers.grpo import TrainParts, kl_controller
+from agentgym.trainers.objectives import ValueLoss
 from agentgym.trainers.rewards import RunningMoments
+from agentgym.trainers.run_state import CRITIC_DIR, checkpoint, restore
 from agentgym.trainers.strategies import micro_batches
 from agentgym.trainers.strategies.torch_critic import TorchCritic
+from agentgym.trainers.updates import update_critic
 from agentgym.trajectory import RolloutBatch
 from tests.trainers.test_update_path import ragged_batch
 

@@ -12,10 +12,10 @@ import torch
 from agentgym.builders import default_grpo_config, placement_plan
 from agentgym.cluster import Cluster, plan_placement, start_cluster
 from agentgym.schema import validate
-from agentgym.trainers.grpo import update_critic
 from agentgym.trainers.ranks import CriticGroup, start_rank_group
 from agentgym.trainers.strategies import Critic
 from agentgym.trainers.strategies.torch_critic import TorchCritic
+from agentgym.trainers.updates import update_critic
 from tests.test_config import composed
 from tests.trainers.test_critic import with_targets
 from tests.trainers.test_update_path import ragged_batch

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from agentgym.builders import default_grpo_config
-from agentgym.trainers.grpo import update_critic, update_policy
 from agentgym.trainers.strategies import hf_folder
 from agentgym.trainers.strategies.torch_critic import TorchCritic
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
+from agentgym.trainers.updates import update_critic, update_policy
 from tests.trainers.test_critic import with_targets
 from tests.trainers.test_update_path import ragged_batch
 

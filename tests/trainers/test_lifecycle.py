@@ -93,13 +93,13 @@ def test_while_another_error_unwinds_failures_are_logged_not_raised(
     # the async rollout's close failed silently before (contextlib.suppress(BaseException))
     closed: list[str] = []
     parts = make_parts(closed)
-    pipeline = AsyncPart(closed, "async rollout")
-    pipeline.error = RuntimeError("episode queue broken")
+    source = AsyncPart(closed, "rollout source")
+    source.error = RuntimeError("episode queue broken")
     loop = asyncio.new_event_loop()
-    shut_down(cast(TrainParts, parts), loop, cast(Any, pipeline), unwinding=True)
-    assert closed == ["async rollout", *EVERY_PART]
+    shut_down(cast(TrainParts, parts), loop, cast(Any, source), unwinding=True)
+    assert closed == ["rollout source", *EVERY_PART]
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
-        "shutdown: async rollout: RuntimeError: episode queue broken"
+        "shutdown: rollout source: RuntimeError: episode queue broken"
     ]
 
 
@@ -156,7 +156,7 @@ def test_the_phase_is_the_recipes_innermost_function_on_the_stack(tmp_path: Path
     loop = asyncio.new_event_loop()
     try:
         with pytest.raises(KeyboardInterrupt) as raised:
-            validate(cast(Any, None), cast(TrainParts, parts), loop, step=3)
+            validate(cast(Any, None), cast(TrainParts, parts), loop, cast(Any, None), step=3)
     finally:
         loop.close()
     assert phase_of(frames_of(raised.value.__traceback__)) == "validation"

@@ -13,8 +13,10 @@ import torch
 
 from agentgym.builders import default_grpo_config, grpo_config
 from agentgym.schema import validate
-from agentgym.trainers.grpo import GRPOConfig, PolicyLoss, update_policy
+from agentgym.trainers.grpo import GRPOConfig
+from agentgym.trainers.objectives import PolicyLoss
 from agentgym.trainers.strategies import LossFunction, Metric, MetricReducer, ModelOutputs
+from agentgym.trainers.updates import update_policy
 from agentgym.trajectory import RolloutBatch
 
 

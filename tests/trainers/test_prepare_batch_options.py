@@ -15,15 +15,11 @@ import torch
 from torch.testing import assert_close
 
 from agentgym.builders import default_grpo_config
-from agentgym.trainers.grpo import (
-    GRPOConfig,
-    TrainParts,
-    kl_controller,
-    prepare_batch,
-    update_policy,
-)
+from agentgym.trainers.batch_prep import prepare_batch
+from agentgym.trainers.grpo import GRPOConfig, TrainParts, kl_controller
 from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.strategies import Metric, ValueLossFunction
+from agentgym.trainers.updates import update_policy
 from agentgym.trajectory import RolloutBatch, Trajectory, Turn
 
 

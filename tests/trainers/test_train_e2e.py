@@ -103,11 +103,13 @@ def test_train_with_hf_writes_metrics_checkpoints_and_renders(tmp_path: Path, ca
 
 
 def validation(output: Path) -> dict[int, dict[str, Any]]:
-    """Validation metrics by step."""
+    """Validation results by step (``val/policy_version`` aside: it counts the steps)."""
     rows: dict[int, dict[str, Any]] = {}
     for line in (output / "logs" / "metrics.jsonl").read_text().splitlines():
         record = json.loads(line)
-        values = {k: v for k, v in record.items() if k.startswith("val/")}
+        values = {
+            k: v for k, v in record.items() if k.startswith("val/") and k != "val/policy_version"
+        }
         if values:
             rows[record["step"]] = values
     return rows

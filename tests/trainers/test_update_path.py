@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from agentgym.builders import default_grpo_config
-from agentgym.trainers.grpo import PolicyLoss, update_policy
 from agentgym.trainers.loss_terms import sample_weights
 from agentgym.trainers.losses import LOSS_AGG_MODES
+from agentgym.trainers.objectives import PolicyLoss
 from agentgym.trainers.strategies import micro_batches
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
+from agentgym.trainers.updates import update_policy
 from agentgym.trajectory import RolloutBatch
 
 ROWS, WIDTH, VOCAB_IDS = 6, 14, 50

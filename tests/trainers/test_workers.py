@@ -11,10 +11,10 @@ import torch
 
 from agentgym.builders import default_grpo_config
 from agentgym.cluster import Cluster, plan_placement, start_cluster
-from agentgym.trainers.grpo import update_policy
 from agentgym.trainers.ranks import PolicyGroup, deal, start_rank_group
 from agentgym.trainers.strategies import Strategy
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
+from agentgym.trainers.updates import update_policy
 from tests.trainers.test_update_path import ragged_batch
 
 SETTINGS = {

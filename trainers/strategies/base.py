@@ -217,9 +217,9 @@ class RankStrategy(Protocol):
 
     collective_io: ClassVar[bool]
 
-    def accumulate(self, micro_batches: Sequence[RolloutBatch], loss_fn: Any) -> list[
-        dict[str, Metric]
-    ]:
+    def accumulate(
+        self, micro_batches: Sequence[RolloutBatch], loss_fn: Any
+    ) -> list[dict[str, Metric]]:
         """Zero the gradients, then add up those of this rank's ``micro_batches``.
 
         Returns:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from agentgym.builders import default_grpo_config
-from agentgym.trainers.grpo import update_policy
+from agentgym.trainers.updates import update_policy
 from tests.trainers.megatron.launch import Dealt
 from tests.trainers.test_update_path import ragged_batch
 

@@ -12,8 +12,8 @@ import torch
 
 pytest.importorskip("megatron.core")
 
-from agentgym.trainers.grpo import update_policy
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
+from agentgym.trainers.updates import update_policy
 from tests.trainers.megatron.launch import model_dir, spawn
 from tests.trainers.megatron.ranks import (
     LAYOUTS,

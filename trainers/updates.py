@@ -1,0 +1,109 @@
+"""The updates of one step: ``ppo_epochs`` shuffled passes of policy mini-batches, and
+the critic's one pass (ROLL's critic takes one epoch), each through its strategy's
+``train_step`` with the micro-batches of a mini-batch.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import torch
+
+from agentgym.progress import progress
+from agentgym.trainers.loss_terms import group_difficulty, sample_weights
+from agentgym.trainers.objectives import PolicyLoss, ValueLoss
+from agentgym.trainers.strategies import Critic, Metric, MetricReducer, Strategy, micro_batches
+from agentgym.trajectory import RolloutBatch
+
+if TYPE_CHECKING:
+    from agentgym.trainers.grpo import GRPOConfig
+
+
+def minibatches(config: GRPOConfig, batch: RolloutBatch, step: int) -> list[RolloutBatch]:
+    """The mini-batches of one step: ``ppo_epochs`` shuffled passes over ``batch``,
+    each mini-batch trimmed to its longest sequence."""
+    size = config.micro_batch_size * config.gradient_accumulation_steps
+    generator = torch.Generator().manual_seed(config.seed * 100_003 + step)
+    chunks = []
+    for _ in range(config.ppo_epochs):
+        order = torch.randperm(len(batch), generator=generator)
+        for start in range(0, len(batch), size):
+            rows = order[start : start + size]
+            chunks.append(batch.rows(rows, width=int(batch.attention_mask[rows].sum(1).max())))
+    return chunks
+
+
+def update_policy(
+    config: GRPOConfig, strategy: Strategy, batch: RolloutBatch, step: int
+) -> dict[str, float]:
+    """``ppo_epochs`` passes of mini-batch updates (none in the first ``critic_warmup``
+    steps, where only the critic trains).
+
+    Returns:
+        ``actor/*`` metrics: each mini-batch's value (over its micro-batches, by
+        each metric's reduction) averaged over the updates; ``ratio_min`` and
+        ``ratio_max`` are the extremes over all updates.
+    """
+    if step <= config.critic_warmup:
+        return {"actor/updates": 0.0}
+    chunks = minibatches(config, batch, step)
+    updates = MetricReducer()
+    for chunk in progress(chunks, f"step {step} update", enabled=sys.stderr.isatty()):
+        if config.length_loss_weight or config.difficulty_loss_weight:  # over the mini-batch
+            chunk.sample_weights = sample_weights(
+                chunk.loss_mask,
+                difficulty=group_difficulty(batch.scores, batch.group_ids, of=chunk.group_ids),
+                difficulty_loss_weight=config.difficulty_loss_weight,
+                length_loss_weight=config.length_loss_weight,
+            )
+        loss = PolicyLoss(
+            config,
+            num_tokens=chunk.loss_mask.sum().clamp(min=1),
+            num_seqs=(chunk.loss_mask.sum(1) > 0).sum().clamp(min=1),
+        )
+        result = strategy.train_step(list(micro_batches(chunk, config.micro_batch_size)), loss)
+        # a mini-batch's shares have added up to its value: average those over updates
+        updates.add(
+            {
+                key: Metric(m.value, "mean" if m.reduce == "sum" else m.reduce)
+                for key, m in result.items()
+            }
+        )
+    return {f"actor/{key}": value for key, value in updates.values().items()} | {
+        "actor/updates": float(len(chunks))
+    }
+
+
+def update_critic(
+    config: GRPOConfig, critic: Critic, batch: RolloutBatch, step: int
+) -> dict[str, float]:
+    """One shuffled pass of critic mini-batches over ``batch`` (ROLL's critic takes one
+    epoch), sized by ``critic.training_args``.
+
+    Returns:
+        ``critic/*`` metrics averaged over the updates, and ``time/critic``.
+    """
+    started = time.perf_counter()
+    sizes = replace(
+        config,
+        ppo_epochs=1,
+        micro_batch_size=config.critic_micro_batch_size,
+        gradient_accumulation_steps=config.critic_gradient_accumulation_steps,
+    )
+    chunks = minibatches(sizes, batch, step)
+    updates = MetricReducer()
+    for chunk in chunks:
+        loss = ValueLoss(
+            config,
+            num_tokens=chunk.loss_mask.sum().clamp(min=1),
+            num_seqs=(chunk.loss_mask.sum(1) > 0).sum().clamp(min=1),
+        )
+        result = critic.train_step(list(micro_batches(chunk, sizes.micro_batch_size)), loss)
+        updates.add({key: Metric(m.value, "mean") for key, m in result.items()})
+    return {f"critic/{key}": value for key, value in updates.values().items()} | {
+        "critic/updates": float(len(chunks)),
+        "time/critic": time.perf_counter() - started,
+    }
