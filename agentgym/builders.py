@@ -39,7 +39,7 @@ from agentgym.trainers.ranks import start_rank_group
 from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.run_state import RUN_CONFIG
 from agentgym.trainers.strategies import Critic, Strategy, build_critic, build_strategy
-from agentgym.trainers.strategies.torch_strategy import optimizer_steps
+from agentgym.trainers.strategies.optim import optimizer_steps
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
 
 

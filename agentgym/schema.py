@@ -41,7 +41,7 @@ from agentgym.trainers.correction import WEIGHT_TYPES
 from agentgym.trainers.losses import KL_PENALTIES, LOSS_AGG_MODES
 from agentgym.trainers.rewards import REWARD_NORMS, check_reward_options
 from agentgym.trainers.strategies import CRITIC_STRATEGIES, STRATEGIES, UNSUPPORTED_STRATEGIES
-from agentgym.trainers.strategies.torch_strategy import LR_SCHEDULERS
+from agentgym.trainers.strategies.optim import LR_SCHEDULERS
 from agentgym.trainers.tracking import TRACKERS
 from agentgym.trajectory import SAMPLE_MODES, STEP_SCORES
 

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from agentgym.builders import strategy_settings
 from agentgym.schema import validate
-from agentgym.trainers.strategies.torch_strategy import (
+from agentgym.trainers.strategies.optim import (
     LR_SCHEDULERS,
     build_optimizer,
     lr_schedule,

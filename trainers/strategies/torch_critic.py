@@ -18,12 +18,8 @@ import torch
 
 from agentgym.trainers.strategies.base import Metric, MetricReducer, ValueLossFunction
 from agentgym.trainers.strategies.hf_folder import load_weights, save_model
-from agentgym.trainers.strategies.torch_strategy import (
-    build_optimizer,
-    lr_schedule,
-    optimizer_step,
-    to_device,
-)
+from agentgym.trainers.strategies.optim import build_optimizer, lr_schedule, optimizer_step
+from agentgym.trainers.strategies.torch_strategy import to_device
 from agentgym.trajectory import RolloutBatch
 
 

@@ -100,7 +100,7 @@ class MegatronStrategy:
     ) -> None:
         from transformers import AutoConfig
 
-        from agentgym.trainers.strategies.torch_strategy import lr_schedule
+        from agentgym.trainers.strategies.optim import lr_schedule
 
         self.parallelism = Parallelism(
             tensor_model_parallel_size,

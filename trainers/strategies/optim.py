@@ -1,0 +1,193 @@
+"""The optimizer and the learning-rate schedule every torch-side strategy uses (the
+policy, the critic; Megatron takes the schedule): AdamW, transformers' schedules with
+ROLL's warmup and step count, and the step that sums gradients over a data-parallel
+group, clips and steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from agentgym.trainers.strategies.base import Metric
+
+
+def _warmup(step: int, warmup: int) -> float:
+    return step / max(1, warmup)
+
+
+def _constant(step: int, warmup: int, total: int) -> float:
+    return 1.0
+
+
+def _constant_with_warmup(step: int, warmup: int, total: int) -> float:
+    return _warmup(step, warmup) if step < warmup else 1.0
+
+
+def _linear(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return _warmup(step, warmup)
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def _cosine(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return _warmup(step, warmup)
+    progress = (step - warmup) / max(1, total - warmup)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+LR_SCHEDULERS: dict[str, Callable[[int, int, int], float]] = {
+    "constant": _constant,
+    "constant_with_warmup": _constant_with_warmup,
+    "linear": _linear,
+    "cosine": _cosine,
+}
+"""``lr_scheduler_type`` → the learning-rate factor at optimizer step ``step`` (from 0)
+given ``warmup`` warmup steps and ``total`` optimizer steps in the run, as
+transformers' ``get_scheduler`` defines them (ROLL's torch-side strategies call
+it): a linear warmup ``step / warmup`` (0 at step 0), then constant (``constant``
+has no warmup), linear decay to 0 at ``total``, or a half cosine to 0 at ``total``
+(``num_cycles`` 0.5). Past ``total`` the cosine rises again, as transformers' does."""
+
+SCHEDULES_WITH_TOTAL = ("linear", "cosine")
+"""Schedules that need the run's optimizer-step count."""
+
+
+def warmup_steps_of(warmup_steps: int, warmup_ratio: float, total_steps: int | None) -> int:
+    """ROLL's ``TrainingArguments.get_warmup_steps``: ``warmup_steps`` when > 0, else
+    ``ceil(total_steps * warmup_ratio)``.
+
+    Raises:
+        ValueError: On ``warmup_ratio > 0`` without ``total_steps``.
+    """
+    if warmup_steps > 0 or warmup_ratio == 0:
+        return warmup_steps
+    if total_steps is None:
+        raise ValueError(
+            f"warmup_ratio={warmup_ratio} needs the run's optimizer-step count (total_steps)"
+        )
+    return math.ceil(total_steps * warmup_ratio)
+
+
+def optimizer_steps(
+    *, max_steps: int, rollout_batch_size: int, ppo_epochs: int, mini_batch_size: int
+) -> int:
+    """The run's optimizer steps as ROLL counts them for its schedule
+    (``PPOConfig.set_max_steps``): ``max(1, max_steps * rollout_batch_size *
+    ppo_epochs // mini_batch_size)``, with ``mini_batch_size`` =
+    ``per_device_train_batch_size * gradient_accumulation_steps`` (ROLL divides
+    both by the data-parallel size; here a mini-batch spans the ranks already).
+    Exact in trajectory mode; in step mode a step has more samples than
+    trajectories, so the schedule ends early, as ROLL's does."""
+    return max(1, max_steps * rollout_batch_size * ppo_epochs // mini_batch_size)
+
+
+def lr_schedule(
+    lr_scheduler_type: str,
+    *,
+    warmup_steps: int = 0,
+    warmup_ratio: float = 0.0,
+    total_steps: int | None = None,
+) -> Callable[[int], float]:
+    """The learning-rate factor of each optimizer step (from 0) under
+    ``lr_scheduler_type`` (:data:`LR_SCHEDULERS`), ROLL's warmup rule
+    (:func:`warmup_steps_of`) and ``total_steps`` (:func:`optimizer_steps`).
+
+    Raises:
+        ValueError: On an unknown schedule, or ``linear``/``cosine``/``warmup_ratio``
+            without ``total_steps``.
+    """
+    if lr_scheduler_type not in LR_SCHEDULERS:
+        raise ValueError(
+            f"lr_scheduler_type={lr_scheduler_type!r} is not supported; valid options: "
+            f"{list(LR_SCHEDULERS)}"
+        )
+    if lr_scheduler_type in SCHEDULES_WITH_TOTAL and total_steps is None:
+        raise ValueError(
+            f"lr_scheduler_type={lr_scheduler_type!r} needs the run's optimizer-step count "
+            "(total_steps, see optimizer_steps)"
+        )
+    schedule = LR_SCHEDULERS[lr_scheduler_type]
+    warmup = warmup_steps_of(warmup_steps, warmup_ratio, total_steps)
+    total = total_steps if total_steps is not None else 0
+    return lambda step: schedule(step, warmup, total)
+
+
+def build_optimizer(
+    model: torch.nn.Module,
+    *,
+    learning_rate: float,
+    weight_decay: float,
+    betas: Sequence[float],
+    schedule: Callable[[int], float],
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over ``model``'s parameters, its learning rate times ``schedule(step)``
+    (:func:`lr_schedule`)."""
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=learning_rate,
+        weight_decay=weight_decay,
+        betas=(float(betas[0]), float(betas[1])),
+    )
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+
+
+def optimizer_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+    max_grad_norm: float | None,
+) -> dict[str, Metric]:
+    """Sum the gradients over the data-parallel group (when ``torch.distributed`` is
+    initialized), clip them and step the optimizer and the schedule.
+
+    Returns:
+        ``grad_norm`` (before clipping) and ``lr`` (of this step).
+    """
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    if _world_size() > 1:
+        for p in parameters:
+            if p.grad is None:  # a rank without micro-batches still joins the sum
+                p.grad = torch.zeros_like(p)
+        _all_reduce_sum([p.grad for p in parameters if p.grad is not None])
+    grads = [p.grad for p in parameters if p.grad is not None]
+    parameters = [p for p in parameters if p.grad is not None]
+    if max_grad_norm is not None:
+        norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+    else:
+        norm = torch.linalg.vector_norm(torch.stack([grad.norm() for grad in grads]))
+    metrics = {
+        "grad_norm": Metric(float(norm), "mean"),
+        "lr": Metric(float(scheduler.get_last_lr()[0]), "mean"),
+    }
+    optimizer.step()
+    scheduler.step()
+    return metrics
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _all_reduce_sum(tensors: list[torch.Tensor], bucket_bytes: int = 64 << 20) -> None:
+    """Sum ``tensors`` in place over the process group, flattened into buckets."""
+    import torch.distributed as dist
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    bucket: list[torch.Tensor] = []
+    size = 0
+    for tensor in [*tensors, None]:
+        if tensor is not None:
+            bucket.append(tensor)
+            size += tensor.numel() * tensor.element_size()
+        if bucket and (tensor is None or size >= bucket_bytes):
+            flat = _flatten_dense_tensors(bucket)
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            for target, summed in zip(bucket, _unflatten_dense_tensors(flat, bucket), strict=True):
+                target.copy_(summed)
+            bucket, size = [], 0
