@@ -194,6 +194,31 @@ class SyncTimes:
         }
 
 
+async def bounded_update(
+    update: Callable[[], Awaitable[None]], backend: Any, *, timeout: float, paused: bool = False
+) -> float:
+    """Run ``update`` (the new weights to ``backend``) bounded by ``timeout``; the seconds
+    it took.
+
+    Raises:
+        WeightSyncTimeoutError: Naming the backend, when it takes longer than ``timeout``.
+    """
+    started = time.perf_counter()
+    try:
+        await asyncio.wait_for(update(), timeout)
+    except (TimeoutError, asyncio.TimeoutError) as error:
+        note = (
+            " while generation was paused; generation was resumed on the old weights"
+            if paused
+            else ""
+        )
+        raise WeightSyncTimeoutError(
+            f"weight sync to the generation backend ({type(backend).__name__}."
+            f"update_weights) took longer than rpc_timeout={timeout} s{note}"
+        ) from error
+    return time.perf_counter() - started
+
+
 async def paused_update(
     client: PausableBackend,
     update: Callable[[], Awaitable[None]],
@@ -213,14 +238,7 @@ async def paused_update(
     try:
         await client.pause(abort=abort)
         paused = time.perf_counter()
-        try:
-            await asyncio.wait_for(update(), timeout)
-        except (TimeoutError, asyncio.TimeoutError) as error:
-            raise WeightSyncTimeoutError(
-                f"weight sync to the generation backend ({type(client.backend).__name__}."
-                f"update_weights) took longer than rpc_timeout={timeout} s while generation "
-                "was paused; generation was resumed on the old weights"
-            ) from error
+        await bounded_update(update, client.backend, timeout=timeout, paused=True)
         client.version += 1
         synced = time.perf_counter()
     finally:

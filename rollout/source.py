@@ -32,7 +32,7 @@ from agentgym.rollout.router import sync_breakdown
 from agentgym.rollout.scheduler import (
     AsyncRollout,
     PausableBackend,
-    WeightSyncTimeoutError,
+    bounded_update,
     staleness_metrics,
 )
 from agentgym.trajectory import Trajectory
@@ -106,46 +106,32 @@ class RolloutSource(Protocol):
         ...
 
 
-async def timed_update(
-    update: Callable[[], Awaitable[None]], backend: GenerationBackend, *, timeout: float
-) -> float:
-    """Run ``update`` bounded by ``timeout``; the seconds it took.
+@dataclass
+class EnvRollout:
+    """What a source plays episodes with.
 
-    Raises:
-        WeightSyncTimeoutError: Naming the backend, when it takes longer.
-    """
-    started = time.perf_counter()
-    try:
-        await asyncio.wait_for(update(), timeout)
-    except (TimeoutError, asyncio.TimeoutError) as error:
-        raise WeightSyncTimeoutError(
-            f"weight sync to the generation backend ({type(backend).__name__}."
-            f"update_weights) took longer than rpc_timeout={timeout} s"
-        ) from error
-    return time.perf_counter() - started
-
-
-class SyncSource:
-    """Each step's batch is played when the step asks for it, by version ``step - 1``.
-
-    Args:
+    Attributes:
         manager: The train envs.
         backend: The generation backend.
         chat: The policy's chat template.
         config: Rollout limits and sampling.
     """
 
-    def __init__(
-        self,
-        manager: EnvManager,
-        backend: GenerationBackend,
-        chat: ChatTokenizer,
-        config: RolloutConfig,
-    ) -> None:
-        self.manager = manager
-        self.backend = backend
-        self.chat = chat
-        self.config = config
+    manager: EnvManager
+    backend: GenerationBackend
+    chat: ChatTokenizer
+    config: RolloutConfig
+
+
+class SyncSource:
+    """Each step's batch is played when the step asks for it, by version ``step - 1``.
+
+    Args:
+        envs: What the episodes are played with.
+    """
+
+    def __init__(self, envs: EnvRollout) -> None:
+        self.envs = envs
         self.version = 0
 
     def start(self, step: int) -> None:
@@ -154,13 +140,14 @@ class SyncSource:
 
     async def next_batch(self, step: int) -> StepRollout:
         """Play the manager's next batch now (a progress bar on a terminal)."""
-        episodes = len(self.manager.slots) * self.manager.max_traj_per_env
+        envs = self.envs
+        episodes = len(envs.manager.slots) * envs.manager.max_traj_per_env
         with progress(episodes, f"step {step} rollout", enabled=sys.stderr.isatty()) as bar:
             result = await collect(
-                self.manager,
-                self.backend,
-                self.chat,
-                self.config,
+                envs.manager,
+                envs.backend,
+                envs.chat,
+                envs.config,
                 policy_version=step - 1,
                 on_trajectory=lambda _: bar.update(1),
             )
@@ -170,9 +157,9 @@ class SyncSource:
         self, update: Callable[[], Awaitable[None]], *, timeout: float
     ) -> dict[str, float]:
         """Nothing generates between steps: just the update, timed."""
-        seconds = await timed_update(update, self.backend, timeout=timeout)
+        seconds = await bounded_update(update, self.envs.backend, timeout=timeout)
         self.version += 1
-        return {"time/weight_sync": seconds} | sync_breakdown(self.backend)
+        return {"time/weight_sync": seconds} | sync_breakdown(self.envs.backend)
 
     def skip_update(self) -> None:
         """Same weights, the next version number."""
@@ -188,7 +175,7 @@ class SyncSource:
 
     def state_dict(self, step: int) -> dict[str, Any]:
         """The manager's cursor (the next batch is the next step's)."""
-        return self.manager.state_dict()
+        return self.envs.manager.state_dict()
 
     async def close(self) -> None:
         """Nothing runs between steps."""
@@ -199,27 +186,13 @@ class AheadSource:
     (``async_generation_ratio``; :class:`~agentgym.rollout.scheduler.AsyncRollout`).
 
     Args:
-        manager: The train envs.
-        backend: The generation backend (wrapped in a
+        envs: What the episodes are played with (the backend is wrapped in a
             :class:`~agentgym.rollout.scheduler.PausableBackend`).
-        chat: The policy's chat template.
-        config: Rollout limits and sampling.
         ratio: ``async_generation_ratio`` (k > 0).
     """
 
-    def __init__(
-        self,
-        manager: EnvManager,
-        backend: GenerationBackend,
-        chat: ChatTokenizer,
-        config: RolloutConfig,
-        *,
-        ratio: float,
-    ) -> None:
-        self.manager = manager
-        self.backend = backend
-        self.chat = chat
-        self.config = config
+    def __init__(self, envs: EnvRollout, *, ratio: float) -> None:
+        self.envs = envs
         self.ratio = ratio
         self.pipeline: AsyncRollout | None = None
         self._start_version = 0
@@ -232,11 +205,12 @@ class AheadSource:
     def start(self, step: int) -> None:
         """Start every env's episode loop from the batch of step ``step + 1``."""
         self._start_version = step
+        envs = self.envs
         self.pipeline = AsyncRollout(
-            self.manager,
-            PausableBackend(self.backend, version=step),
-            self.chat,
-            self.config,
+            envs.manager,
+            PausableBackend(envs.backend, version=step),
+            envs.chat,
+            envs.config,
             ratio=self.ratio,
             first_batch=step,
         )
@@ -266,7 +240,7 @@ class AheadSource:
         times = await pipeline.sync(update, timeout=timeout)
         return (
             times.metrics()
-            | sync_breakdown(self.backend)
+            | sync_breakdown(self.envs.backend)
             | {"async/policy_version": float(pipeline.client.version)}
         )
 
@@ -301,7 +275,7 @@ class AheadSource:
 
     def state_dict(self, step: int) -> dict[str, Any]:
         """The cursor of the first batch not yet trained (those in flight are not saved)."""
-        return {**self.manager.state_dict(), "cursor": self._running().cursor(step)}
+        return {**self.envs.manager.state_dict(), "cursor": self._running().cursor(step)}
 
     async def close(self) -> None:
         """Cancel the episodes in flight (a resume regenerates them)."""
@@ -319,9 +293,10 @@ def rollout_source(
 ) -> RolloutSource:
     """The source ``async_generation_ratio`` asks for: 0 plays each step's batch when
     asked (:class:`SyncSource`), k > 0 up to k steps ahead (:class:`AheadSource`)."""
+    envs = EnvRollout(manager, backend, chat, config)
     if async_generation_ratio > 0:
-        return AheadSource(manager, backend, chat, config, ratio=async_generation_ratio)
-    return SyncSource(manager, backend, chat, config)
+        return AheadSource(envs, ratio=async_generation_ratio)
+    return SyncSource(envs)
 
 
 def _train_metrics(metrics: dict[str, float]) -> dict[str, float]:

@@ -26,7 +26,8 @@ from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, collect
 from agentgym.rollout.render import dump_trajectories, pick_renders, render_trajectories
-from agentgym.rollout.source import RolloutSource, rollout_source, timed_update
+from agentgym.rollout.scheduler import bounded_update
+from agentgym.rollout.source import RolloutSource, rollout_source
 from agentgym.trainers.batch_prep import check_failures, prepare_batch
 from agentgym.trainers.checkpoint import latest_checkpoint
 from agentgym.trainers.correction import CorrectionConfig
@@ -262,7 +263,8 @@ def sync_weights(config: GRPOConfig, parts: TrainParts, loop: asyncio.AbstractEv
     async def update() -> None:
         await parts.backend.update_weights(parts.strategy.export_weights())
 
-    return loop.run_until_complete(timed_update(update, parts.backend, timeout=config.rpc_timeout))
+    sync = bounded_update(update, parts.backend, timeout=config.rpc_timeout)
+    return loop.run_until_complete(sync)
 
 
 def validate(

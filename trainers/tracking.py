@@ -18,11 +18,9 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
-
-from tqdm import tqdm  # type: ignore[import-untyped]
 
 from agentgym.console import STEP_TIME, StepTimer, echo, format_line, is_validation
 from agentgym.errors import did_you_mean
@@ -449,24 +447,6 @@ def make_tracker(
             tracker.close()
         raise
     return CompositeTracker([built[name] for name in names], run_id=run_id)
-
-
-def progress(iterable_or_total: Iterable[Any] | int, desc: str, enabled: bool = True) -> Any:
-    """A tqdm progress bar on stderr that disappears when done.
-
-    Args:
-        iterable_or_total: What to iterate over, or a total to advance by hand
-            with ``.update(n)``.
-        desc: The label in front of the bar.
-        enabled: ``False`` gives a silent bar with the same interface.
-
-    Returns:
-        A ``tqdm`` object: iterate over it, or call ``update``, ``set_postfix``
-        and ``close`` (or use it in a ``with`` block).
-    """
-    if isinstance(iterable_or_total, int):
-        return tqdm(total=iterable_or_total, desc=desc, disable=not enabled, leave=False)
-    return tqdm(iterable_or_total, desc=desc, disable=not enabled, leave=False)
 
 
 def _import_wandb() -> Any:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from agentgym.console import StepTimer, format_duration
+from agentgym.progress import progress
 from agentgym.trainers.tracking import (
     CONSOLE_LOG_FILE,
     METRICS_FILE,
@@ -23,7 +24,6 @@ from agentgym.trainers.tracking import (
     Tracker,
     format_line,
     make_tracker,
-    progress,
 )
 
 STEP_12 = {

@@ -245,6 +245,19 @@ class RankStrategy(Protocol):
         ...
 
 
+def accumulated_step(
+    strategy: RankStrategy, micro_batches: Sequence[RolloutBatch], loss_fn: Any
+) -> dict[str, Metric]:
+    """One optimizer step of ``strategy`` over ``micro_batches``: their gradients added
+    up (each loss is its share of the whole), then the step; the micro-batches'
+    metrics folded in order, plus ``grad_norm`` and ``lr``."""
+    reducer = MetricReducer()
+    for metrics in strategy.accumulate(micro_batches, loss_fn):
+        reducer.add(metrics)
+    reducer.add(strategy.optimizer_step())
+    return reducer.metrics()
+
+
 def micro_batches(batch: RolloutBatch, size: int) -> Iterator[RolloutBatch]:
     """Consecutive row slices of ``batch``, each trimmed to its longest sequence."""
     for start in range(0, len(batch), size):

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from agentgym.trainers.strategies.base import Metric, MetricReducer, ValueLossFunction
+from agentgym.trainers.strategies.base import Metric, ValueLossFunction, accumulated_step
 from agentgym.trainers.strategies.hf_folder import load_weights, save_model
 from agentgym.trainers.strategies.optim import build_optimizer, lr_schedule, optimizer_step
 from agentgym.trainers.strategies.torch_strategy import to_device
@@ -136,11 +136,7 @@ class TorchCritic:
         self, micro_batches: Sequence[RolloutBatch], loss_fn: ValueLossFunction
     ) -> dict[str, Metric]:
         """One optimizer step over ``micro_batches`` (each loss is its share of the whole)."""
-        reducer = MetricReducer()
-        for metrics in self.accumulate(micro_batches, loss_fn):
-            reducer.add(metrics)
-        reducer.add(self.optimizer_step())
-        return reducer.metrics()
+        return accumulated_step(self, micro_batches, loss_fn)
 
     def accumulate(
         self, micro_batches: Sequence[RolloutBatch], loss_fn: ValueLossFunction

@@ -11,8 +11,8 @@ import torch
 from agentgym.trainers.strategies.base import (
     LossFunction,
     Metric,
-    MetricReducer,
     ModelOutputs,
+    accumulated_step,
     micro_batches,
 )
 from agentgym.trainers.strategies.hf_folder import load_weights, save_model
@@ -185,11 +185,7 @@ class TorchStrategy:
         :class:`~agentgym.trainers.strategies.base.LossFunction`), so the
         gradients add up without rescaling.
         """
-        reducer = MetricReducer()
-        for metrics in self.accumulate(micro_batches, loss_fn):
-            reducer.add(metrics)
-        reducer.add(self.optimizer_step())
-        return reducer.metrics()
+        return accumulated_step(self, micro_batches, loss_fn)
 
     def accumulate(
         self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction
