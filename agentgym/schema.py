@@ -30,20 +30,29 @@ from pydantic import (
     model_validator,
 )
 
+from agentgym.choices import (
+    ADVANTAGE_ESTIMATORS,
+    CRITIC_STRATEGY_NAMES,
+    GROUPINGS,
+    KL_PENALTIES,
+    LOSS_AGG_MODES,
+    LR_SCHEDULER_TYPES,
+    NORMALIZATIONS,
+    REWARD_NORMS,
+    SAMPLE_MODES,
+    STEP_SCORES,
+    STRATEGY_NAMES,
+    UNSUPPORTED_STRATEGIES,
+    WEIGHT_TYPES,
+    check_reward_options,
+)
 from agentgym.cluster import DISTRIBUTED, plan_placement
 from agentgym.errors import ConfigError, check_choice, did_you_mean
 from agentgym.models.tiny import TinyModelSpec
 from agentgym.models.warmstart import WarmStartSpec
 from agentgym.rollout.backends import BACKENDS, check_backend
 from agentgym.rollout.chat import PREFIX_CHECK_MODES
-from agentgym.trainers.advantages import ADVANTAGE_ESTIMATORS, GROUPINGS, NORMALIZATIONS
-from agentgym.trainers.correction import WEIGHT_TYPES
-from agentgym.trainers.losses import KL_PENALTIES, LOSS_AGG_MODES
-from agentgym.trainers.rewards import REWARD_NORMS, check_reward_options
-from agentgym.trainers.strategies import CRITIC_STRATEGIES, STRATEGIES, UNSUPPORTED_STRATEGIES
-from agentgym.trainers.strategies.optim import LR_SCHEDULERS
 from agentgym.trainers.tracking import TRACKERS
-from agentgym.trajectory import SAMPLE_MODES, STEP_SCORES
 
 OLD_LOGPROBS = ("engine", "trainer")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -183,7 +192,7 @@ class TrainingArgs(Section):
     gradient_accumulation_steps: PositiveInt = 2
     warmup_steps: NonNegativeInt = 0
     warmup_ratio: Probability = 0.0
-    lr_scheduler_type: Choice("lr_scheduler_type", tuple(LR_SCHEDULERS)) = "constant"  # type: ignore[valid-type]
+    lr_scheduler_type: Choice("lr_scheduler_type", LR_SCHEDULER_TYPES) = "constant"  # type: ignore[valid-type]
 
 
 class DataArgs(Section):
@@ -360,7 +369,7 @@ class TrainConfig(Section):
     # advantages and rewards
     ppo_epochs: PositiveInt = 1
     max_grad_norm: PositiveFloat | None = 1.0
-    adv_estimator: Choice("adv_estimator", (*ADVANTAGE_ESTIMATORS, "gae")) = "grpo"  # type: ignore[valid-type]
+    adv_estimator: Choice("adv_estimator", ADVANTAGE_ESTIMATORS) = "grpo"  # type: ignore[valid-type]
     gamma: Annotated[float, Field(ge=0, le=1)] = 1.0
     lambd: Annotated[float, Field(ge=0, le=1)] = 0.95
     whiten_advantages: Bool = False
@@ -585,8 +594,8 @@ def _check_relations(config: TrainConfig) -> None:
         raise ConfigError(
             f"actor_train.strategy_args.strategy_name={name!r}: {UNSUPPORTED_STRATEGIES[name]}"
         )
-    if name not in STRATEGIES:
-        check_choice("actor_train.strategy_args.strategy_name", str(name), list(STRATEGIES))
+    if name not in STRATEGY_NAMES:
+        check_choice("actor_train.strategy_args.strategy_name", str(name), STRATEGY_NAMES)
     backend = config.actor_infer.strategy_args.strategy_name
     check_choice("actor_infer.strategy_args.strategy_name", str(backend), BACKENDS)
     try:
@@ -660,7 +669,7 @@ def _check_algorithm(config: TrainConfig) -> None:
             )
     if gae:
         name = config.critic.strategy_args.strategy_name or "torch"
-        check_choice("critic.strategy_args.strategy_name", name, list(CRITIC_STRATEGIES))
+        check_choice("critic.strategy_args.strategy_name", name, CRITIC_STRATEGY_NAMES)
 
 
 def device_mappings(config: TrainConfig) -> dict[str, list[int]]:

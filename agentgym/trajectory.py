@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from agentgym.choices import STEP_SCORES
+
 TERMINATION_REASONS = (
     "terminated",
     "truncated",
@@ -31,9 +33,6 @@ step limit (``truncated``), the rollout's limits (``max_turns``,
 
 TRUNCATION_REASONS = frozenset({"truncated", "max_turns", "max_actions", "max_length"})
 FAILURE_REASONS = frozenset({"env_error", "generation_error"})
-SAMPLE_MODES = ("trajectory", "step")
-STEP_SCORES = ("turn", "episode")
-"""What a ``step``-mode sample is judged by: its turn's reward, or its episode's score."""
 
 
 @dataclass

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from agentgym.choices import SAMPLE_MODES
 from agentgym.rollout.backends.base import GenerationBackend, SamplingParams
 from agentgym.rollout.chat import PREFIX_CHECK_MODES, ChatTokenizer, Message, report_drift
 from agentgym.rollout.env_manager import Assignment, EnvManager
@@ -27,7 +28,7 @@ from agentgym.rollout.lockstep import GENERATE_OPT_LEVELS, Lockstep
 from agentgym.rollout.metrics import rollout_metrics
 from agentgym.rollout.scheduling import BatchCloser
 from agentgym.rollout.workers import EnvClient, EnvLostError
-from agentgym.trajectory import SAMPLE_MODES, Trajectory, Turn
+from agentgym.trajectory import Trajectory, Turn
 
 _T = TypeVar("_T")
 _THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL | re.IGNORECASE)

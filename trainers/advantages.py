@@ -22,15 +22,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from agentgym.choices import GROUPINGS, NORMALIZATIONS
 from agentgym.errors import check_choice
-
-GROUPINGS = ("state", "batch", "inductive")
-"""``state``: samples of the same GRPO group (same env and seed); ``batch``: the
-whole batch; ``inductive``: samples of the same env tag."""
-
-NORMALIZATIONS = ("identity", "mean", "mean_std", "asym_clip")
-"""``identity``: the score; ``mean``: score minus group mean; ``mean_std``:
-(score - mean) / (unbiased std + 1e-6); ``asym_clip``: mean_std clamped to [-1, 3]."""
 
 STD_EPSILON = 1e-6
 ASYM_CLIP_RANGE = (-1.0, 3.0)

@@ -37,13 +37,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from agentgym.choices import WEIGHT_TYPES
 from agentgym.errors import check_choice
 
 LOG_RATIO_LIMIT = 20.0
 """|log ratio| is clamped before ``exp`` (verl's SAFETY_BOUND): no weight overflows."""
-
-WEIGHT_TYPES = ("token", "segment", "geometric", "sequence")
-"""ROLL's granularities of the ratio π_prox/μ (``weight_type``, ``agg_type``)."""
 
 
 @dataclass(frozen=True)

@@ -15,17 +15,11 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from agentgym.choices import KL_PENALTIES, LOSS_AGG_MODES
 from agentgym.errors import check_choice
 from agentgym.trainers.advantages import masked_mean
 from agentgym.trainers.loss_terms import weight_rows
 
-LOSS_AGG_MODES = (
-    "token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
-KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl", "full")
 KL_ALIASES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
 """Schulman's estimator names, accepted as verl accepts them."""
 

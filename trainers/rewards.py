@@ -25,12 +25,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from agentgym.choices import REWARD_NORMS, check_reward_options
 from agentgym.errors import check_choice
 from agentgym.trainers.advantages import group_stats, last_token_rewards, masked_whiten
-
-REWARD_NORMS = ("batch", "group", "running")
-"""``batch``: the batch's mean and std; ``group``: those of the sample's GRPO group;
-``running``: running mean and std across steps (:class:`RunningMoments`)."""
 
 STD_EPSILON = 1e-6
 """Added to the std in ``reward_norm`` (ROLL's ``reward_norm``)."""
@@ -241,46 +238,6 @@ def running_reward_scaling(
     running.update(values)
     scale = running.std + torch.finfo(values.dtype).eps
     return (values - running.mean) / scale if subtract_mean else values / scale
-
-
-def check_reward_options(
-    *,
-    use_reward_scaling: bool = False,
-    use_reward_norm: bool = False,
-    reward_norm: str | None = None,
-    reward_shift: bool = False,
-    reward_scale: bool = False,
-) -> None:
-    """Raise when ROLL's reward keys are set inconsistently (the config check uses it too).
-
-    Raises:
-        ValueError: On ``use_reward_norm`` without ``use_reward_scaling``, an unknown
-            ``reward_norm``, ``reward_shift``/``reward_scale`` without ``reward_norm`` or
-            both of them, or both ``use_reward_scaling`` and ``reward_norm='running'``
-            (two spellings of one running normalization).
-    """
-    if use_reward_norm and not use_reward_scaling:
-        raise ValueError(
-            "use_reward_norm only applies with use_reward_scaling=True (as in ROLL); "
-            "set both, or use reward_norm='running'"
-        )
-    if (reward_shift or reward_scale) and reward_norm is None:
-        raise ValueError(
-            "reward_shift and reward_scale choose how reward_norm normalizes; "
-            f"set reward_norm to one of {list(REWARD_NORMS)}"
-        )
-    if reward_norm is not None:
-        check_choice("reward_norm", reward_norm, REWARD_NORMS)
-    if reward_shift and reward_scale:
-        raise ValueError(
-            "reward_shift (only subtract the mean) and reward_scale (only divide by the std) "
-            "exclude each other; set neither for both"
-        )
-    if use_reward_scaling and reward_norm == "running":
-        raise ValueError(
-            "use_reward_scaling and reward_norm='running' both normalize by the running "
-            "moments; set one of them"
-        )
 
 
 class ProcessedRewards(NamedTuple):

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where the warm start trains: specs need none
+    import torch
 
 IGNORE_INDEX = -100
 """Label of tokens that carry no loss (prompts, padding)."""
@@ -349,6 +351,8 @@ def collate(examples: Sequence[Example], pad_token_id: int) -> dict[str, torch.T
     """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (answers only), ``[B, T]``,
     and each row's action token: ``choice_positions`` ``[B]`` (-1: none) and
     ``choice_ids`` ``[B, K]`` (every action's token there; -1 pads)."""
+    import torch
+
     rows = [e.prompt_ids + e.answer_ids for e in examples]
     width = max(len(row) for row in rows)
     choices = max((len(e.choice_ids) for e in examples), default=0)
@@ -406,6 +410,8 @@ def warm_start(model: Any, examples: Sequence[Example], spec: WarmStartSpec) -> 
     Returns:
         The loss of every step, in order.
     """
+    import torch
+
     generator = torch.Generator().manual_seed(spec.seed)
     torch.manual_seed(spec.seed)
     optimizer = torch.optim.AdamW(
@@ -426,11 +432,12 @@ def warm_start(model: Any, examples: Sequence[Example], spec: WarmStartSpec) -> 
     return losses
 
 
-@torch.no_grad()
 def greedy_answers(
     model: Any, tokenizer: Any, examples: Sequence[Example], max_new_tokens: int = 8
 ) -> list[str]:
     """The model's greedy answer text to each example's prompt (end-of-turn token cut)."""
+    import torch
+
     pad = int(tokenizer.pad_token_id)
     width = max(len(e.prompt_ids) for e in examples)
     input_ids = torch.tensor(

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from agentgym.choices import UNSUPPORTED_STRATEGIES
 from agentgym.trainers.strategies.base import (
     Critic,
     LossFunction,
@@ -65,20 +66,6 @@ def _torch_critic(model_path: Path, strategy_config: Mapping[str, Any], **settin
 
 CRITIC_STRATEGIES: dict[str, Callable[..., Critic]] = {"torch": _torch_critic}
 """``critic.strategy_args.strategy_name`` -> builder, as :data:`STRATEGIES`."""
-
-UNSUPPORTED_STRATEGIES = {
-    "deepspeed_train": (
-        "deepspeed_train (DeepSpeed ZeRO) is not supported; use strategy_name: torch with "
-        "distributed=ray and several devices in actor_train.device_mapping (data parallel: "
-        "every rank holds the model, gradients are summed over the ranks)"
-    ),
-    "fsdp2_train": (
-        "FSDP2 sharding is not built yet; use strategy_name: torch with distributed=ray and "
-        "several devices in actor_train.device_mapping (data parallel, unsharded)"
-    ),
-    "hf_infer": "hf_infer is an inference strategy (actor_infer); train with strategy_name: torch",
-}
-"""ROLL's other strategy names, with what to use instead."""
 
 
 def build_strategy(

@@ -1,0 +1,108 @@
+"""The names a config may choose from, in one leaf module.
+
+The schema (:mod:`agentgym.schema`) checks a config against these names, and the
+modules that implement each choice hold their tables under the same names (a
+test keeps each table's keys equal to its tuple here), so validating a config
+imports neither torch nor any trainer.
+"""
+
+from __future__ import annotations
+
+from agentgym.errors import check_choice
+
+SAMPLE_MODES = ("trajectory", "step")
+"""``rollout_mode``: one sample per episode with the full history, or one per turn."""
+
+STEP_SCORES = ("turn", "episode")
+"""What a ``step``-mode sample is judged by: its turn's reward, or its episode's score."""
+
+GROUPINGS = ("state", "batch", "inductive")
+"""``reward_normalization.grouping``: samples of the same GRPO group (same env and
+seed), the whole batch, or samples of the same env tag."""
+
+NORMALIZATIONS = ("identity", "mean", "mean_std", "asym_clip")
+"""``reward_normalization.method``: the score; minus the group mean; (score - mean) /
+(unbiased std + 1e-6); mean_std clamped to [-1, 3]."""
+
+ADVANTAGE_ESTIMATORS = ("grpo", "reinforce", "gae")
+"""``adv_estimator``: the built-in estimators (``gae`` with the critic)."""
+
+LOSS_AGG_MODES = (
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+"""``loss_agg_mode``: how token losses become the mini-batch's loss."""
+
+KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl", "full")
+"""``kl_penalty``: the KL estimator (``k1``, ``k2``, ``k3`` are accepted aliases)."""
+
+WEIGHT_TYPES = ("token", "segment", "geometric", "sequence")
+"""ROLL's granularities of the ratio π_prox/μ (``weight_type``, ``agg_type``)."""
+
+REWARD_NORMS = ("batch", "group", "running")
+"""``reward_norm``: the batch's mean and std, the GRPO group's, or running ones."""
+
+LR_SCHEDULER_TYPES = ("constant", "constant_with_warmup", "linear", "cosine")
+"""``lr_scheduler_type``: transformers' schedules (with ROLL's warmup rule)."""
+
+STRATEGY_NAMES = ("torch", "megatron_train")
+"""``actor_train.strategy_args.strategy_name``: the training strategies built."""
+
+CRITIC_STRATEGY_NAMES = ("torch",)
+"""``critic.strategy_args.strategy_name``: the critic strategies built."""
+
+UNSUPPORTED_STRATEGIES = {
+    "deepspeed_train": (
+        "deepspeed_train (DeepSpeed ZeRO) is not supported; use strategy_name: torch with "
+        "distributed=ray and several devices in actor_train.device_mapping (data parallel: "
+        "every rank holds the model, gradients are summed over the ranks)"
+    ),
+    "fsdp2_train": (
+        "FSDP2 sharding is not built yet; use strategy_name: torch with distributed=ray and "
+        "several devices in actor_train.device_mapping (data parallel, unsharded)"
+    ),
+    "hf_infer": "hf_infer is an inference strategy (actor_infer); train with strategy_name: torch",
+}
+"""ROLL's other strategy names, with what to use instead."""
+
+
+def check_reward_options(
+    *,
+    use_reward_scaling: bool = False,
+    use_reward_norm: bool = False,
+    reward_norm: str | None = None,
+    reward_shift: bool = False,
+    reward_scale: bool = False,
+) -> None:
+    """Raise when ROLL's reward keys are set inconsistently (the config check uses it too).
+
+    Raises:
+        ValueError: On ``use_reward_norm`` without ``use_reward_scaling``, an unknown
+            ``reward_norm``, ``reward_shift``/``reward_scale`` without ``reward_norm`` or
+            both of them, or both ``use_reward_scaling`` and ``reward_norm='running'``
+            (two spellings of one running normalization).
+    """
+    if use_reward_norm and not use_reward_scaling:
+        raise ValueError(
+            "use_reward_norm only applies with use_reward_scaling=True (as in ROLL); "
+            "set both, or use reward_norm='running'"
+        )
+    if (reward_shift or reward_scale) and reward_norm is None:
+        raise ValueError(
+            "reward_shift and reward_scale choose how reward_norm normalizes; "
+            f"set reward_norm to one of {list(REWARD_NORMS)}"
+        )
+    if reward_norm is not None:
+        check_choice("reward_norm", reward_norm, REWARD_NORMS)
+    if reward_shift and reward_scale:
+        raise ValueError(
+            "reward_shift (only subtract the mean) and reward_scale (only divide by the std) "
+            "exclude each other; set neither for both"
+        )
+    if use_reward_scaling and reward_norm == "running":
+        raise ValueError(
+            "use_reward_scaling and reward_norm='running' both normalize by the running "
+            "moments; set one of them"
+        )
