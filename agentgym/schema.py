@@ -333,6 +333,7 @@ class TrainConfig(Section):
     logging_steps: PositiveInt = 1
     eval_steps: NonNegativeInt = 15
     resume_from_checkpoint: Bool | str = False
+    fit_to_machine: Bool = True
     checkpoint_config: dict[str, Any] | None = None
     system_envs: dict[str, str] = Field(default_factory=dict)
     pretrain: str | None = None

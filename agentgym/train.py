@@ -21,7 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 import agentgym
 from agentgym import stopping
 from agentgym.errors import ConfigError, did_you_mean
-from agentgym.roll_config import from_roll, is_roll_config
+from agentgym.formats.fit import fit_to_machine
+from agentgym.formats.roll import from_roll, is_roll_config
 from agentgym.schema import OPEN_MAPPINGS, TrainConfig, known_paths, validate
 
 CONFIG_GROUPS = ("env", "model", "generation", "strategy", "tracker")
@@ -106,7 +107,10 @@ def check(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any]]:
         translation = from_roll(resolved)
         for note in translation.notes:
             print(f"ROLL config: {note}", flush=True)
-        resolved = translation.config
+        fitting = fit_to_machine(translation.config)  # pure translation, then this machine
+        if fitting.changes:
+            print(fitting.table(), flush=True)
+        resolved = fitting.config
     return validate(resolved), resolved
 
 

@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 
 from agentgym.envs.sokoban import SokobanEnv
 from agentgym.errors import ConfigError
-from agentgym.roll_config import from_roll, is_roll_config
+from agentgym.formats.fit import Machine, fit_to_machine
+from agentgym.formats.roll import from_roll, is_roll_config
 from agentgym.schema import validate
 from tests.envs.trainrun import run_python
 
@@ -104,27 +105,33 @@ def test_a_grid_vocabulary_renders_the_sokoban_grid() -> None:
         SokobanEnv(grid_lookup={0: "W", 1: "."})
 
 
-def test_gpu_placement_becomes_one_cpu_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    gpus = (
-        "pretrain=null", "num_gpus_per_node=8", "actor_train.device_mapping='list(range(0,8))'",
-        "actor_infer.device_mapping='list(range(0,8))'",
-        "reference.device_mapping='list(range(0,8))'",
-        "actor_train.strategy_args.strategy_name=megatron_train",
-        "+actor_train.strategy_args.strategy_config.use_distributed_optimizer=true",
-        "+actor_train.strategy_args.strategy_config.tensor_model_parallel_size=2",
-        "+actor_train.strategy_args.strategy_config.sequence_parallel=true",
-    )  # fmt: skip
-    monkeypatch.setattr("agentgym.roll_config._cuda_visible", lambda: False)
-    translation = from_roll(roll_config(*gpus))
-    config = validate(translation.config)
+CPU = Machine(cuda=False, megatron=True, flash_attn=False)
+GPUS = (
+    "pretrain=null", "num_gpus_per_node=8", "actor_train.device_mapping='list(range(0,8))'",
+    "actor_infer.device_mapping='list(range(0,8))'",
+    "reference.device_mapping='list(range(0,8))'",
+    "actor_train.strategy_args.strategy_name=megatron_train",
+    "+actor_train.strategy_args.strategy_config.use_distributed_optimizer=true",
+    "+actor_train.strategy_args.strategy_config.tensor_model_parallel_size=2",
+    "+actor_train.strategy_args.strategy_config.sequence_parallel=true",
+)  # fmt: skip
+
+
+def test_the_translation_is_the_same_on_every_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    translations = []
+    for cuda in (False, True):
+        monkeypatch.setattr("torch.cuda.is_available", lambda cuda=cuda: cuda)
+        translations.append(from_roll(roll_config(*GPUS)))
+    assert translations[0] == translations[1]
+    assert translations[0].config["num_gpus_per_node"] == 8
+
+
+def test_gpu_placement_is_fitted_to_one_cpu_process() -> None:
+    fitting = fit_to_machine(from_roll(roll_config(*GPUS)).config, CPU)
+    config = validate(fitting.config)
     assert config.num_gpus_per_node == 0 and config.distributed == "local"
     assert (config.actor_train.device_mapping, config.actor_infer.device_mapping) == (None, None)
     assert config.reference.device_mapping is None
-    assert (
-        "num_gpus_per_node=8, actor_train.device_mapping=list(range(0,8)), "
-        "actor_infer.device_mapping=list(range(0,8)), reference.device_mapping=list(range(0,8)) "
-        "dropped: torch sees no CUDA device, so the run is one CPU process (distributed=local)"
-    ) in translation.notes
     strategy = config.actor_train.strategy_args
     assert strategy.strategy_name == "megatron_train"  # one rank of it
     assert strategy.strategy_config == {
@@ -132,24 +139,51 @@ def test_gpu_placement_becomes_one_cpu_process(monkeypatch: pytest.MonkeyPatch) 
         "tensor_model_parallel_size": 1,
         "sequence_parallel": False,
     }
-    assert (
-        "actor_train.strategy_args.strategy_config: tensor_model_parallel_size=2 → 1, "
-        "sequence_parallel=True → False (one CPU process, one rank)"
-    ) in translation.notes
-    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)  # no megatron-core
-    fallback = from_roll(roll_config(*gpus)).config["actor_train"]["strategy_args"]
-    assert fallback == {"strategy_name": "torch", "strategy_config": {}}
-    monkeypatch.undo()
-    monkeypatch.setattr("agentgym.roll_config._cuda_visible", lambda: False)
-    kept = from_roll(roll_config(*gpus, "++distributed=ray")).config  # Ray places them
-    assert (kept["num_gpus_per_node"], kept["actor_train"]["device_mapping"]) == (
+    assert [(c.key, c.written, c.fitted) for c in fitting.changes] == [
+        ("num_gpus_per_node", 8, 0),
+        ("actor_train.device_mapping", "list(range(0,8))", None),
+        ("actor_infer.device_mapping", "list(range(0,8))", None),
+        ("reference.device_mapping", "list(range(0,8))", None),
+        ("actor_train.strategy_args.strategy_config.tensor_model_parallel_size", 2, 1),
+        ("actor_train.strategy_args.strategy_config.sequence_parallel", True, False),
+        ("actor_train.model_args.attn_implementation", "flash_attention_2", "sdpa"),
+        ("reference.model_args.attn_implementation", "flash_attention_2", "sdpa"),
+    ]  # the file asks for fa2 too
+    table = fitting.table().splitlines()
+    assert table[0] == "machine fitting (fit_to_machine=false refuses these):"
+    assert table[2].split()[:3] == ["num_gpus_per_node", "8", "0"]
+    assert "torch sees no CUDA device" in table[2]
+    no_megatron = Machine(cuda=False, megatron=False, flash_attn=False)
+    fallback = fit_to_machine(from_roll(roll_config(*GPUS)).config, no_megatron)
+    assert fallback.config["actor_train"]["strategy_args"] == {
+        "strategy_name": "torch",
+        "strategy_config": {},
+    }
+    ray = fit_to_machine(from_roll(roll_config(*GPUS, "++distributed=ray")).config, CPU)
+    assert (ray.config["num_gpus_per_node"], ray.config["actor_train"]["device_mapping"]) == (
         8,
         "list(range(0,8))",
+    )  # Ray places them
+    gpu = Machine(cuda=True, megatron=True, flash_attn=True)
+    assert fit_to_machine(from_roll(roll_config(*GPUS)).config, gpu).changes == []
+
+
+def test_fit_to_machine_false_turns_each_change_into_an_error() -> None:
+    config = from_roll(roll_config(*GPUS, "++fit_to_machine=false")).config
+    with pytest.raises(ConfigError, match=r"fit_to_machine=false.*num_gpus_per_node=8 \(torch"):
+        fit_to_machine(config, CPU)
+    fitted = fit_to_machine(from_roll(roll_config("pretrain=null")).config, CPU)
+    assert validate(fitted.config).fit_to_machine  # the default: fit
+
+
+def test_flash_attention_becomes_sdpa_where_it_cannot_run() -> None:
+    translation = from_roll(roll_config())  # the file asks for fa2
+    assert translation.config["actor_train"]["model_args"]["attn_implementation"] == (
+        "flash_attention_2"
     )
-    monkeypatch.setattr("agentgym.roll_config._cuda_visible", lambda: True)
-    kept = from_roll(roll_config(*gpus)).config  # a GPU is visible: as written
-    assert kept["reference"]["device_mapping"] == "list(range(0,8))"
-    assert kept["actor_train"]["strategy_args"]["strategy_name"] == "megatron_train"
+    fitting = fit_to_machine(translation.config, CPU)
+    assert fitting.config["actor_train"]["model_args"]["attn_implementation"] == "sdpa"
+    assert "actor_train.model_args.attn_implementation" in [c.key for c in fitting.changes]
 
 
 def test_a_megatron_strategy_config_clip_is_the_top_level_clip() -> None:

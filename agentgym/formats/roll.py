@@ -11,12 +11,10 @@ generation budget, and the keys ROLL's agentic pipeline declares but does not
 use here (a reward model, the checkpoint store, data templates) are dropped
 with a note. What has no meaning here is an error that names the key.
 
-On a machine where torch sees no CUDA device (and ``distributed`` is left
-``local``), ROLL's GPU placement becomes one CPU process: ``num_gpus_per_node``
-→ 0 and the roles' ``device_mapping`` are dropped, and ``megatron_train`` runs on
-one rank (its parallel sizes 1; the torch strategy where megatron-core is not
-installed), each with a note. Where a
-GPU is visible they stay as written.
+The translation is pure: the same file gives the same config on every
+machine. Fitting it to a machine without GPUs (one CPU process, one Megatron
+rank, SDPA for flash attention) is the separate step of
+:mod:`agentgym.formats.fit`, which prints a table of its changes.
 
 ROLL's examples run after ``pretrain`` is pointed at a model folder
 (``pretrain=null``: the tiny model) and their ``/data/...`` log folder at a
@@ -64,7 +62,6 @@ its own keys work on the command line too (``max_actions_per_traj=3``,
 from __future__ import annotations
 
 import copy
-import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -180,7 +177,6 @@ def from_roll(raw: Mapping[str, Any]) -> Translation:
     _budget(data, budgets, notes)
     _turns(data, turn_limits, notes)
     _roles(data, notes)
-    _devices(data, notes)
     grouping = (data.get("reward_normalization") or {}).get("grouping")
     if grouping in GROUPINGS:
         data["reward_normalization"]["grouping"] = GROUPINGS[grouping]
@@ -308,8 +304,8 @@ def _roles(data: dict[str, Any], notes: list[str]) -> None:
             )
         model_args.pop("model_type", None)
         if model_args.get("attn_implementation") == "fa2":
-            model_args["attn_implementation"] = _flash_attention()
-            notes.append(f"{name}.model_args.attn_implementation=fa2 → {_flash_attention()}")
+            model_args["attn_implementation"] = "flash_attention_2"
+            notes.append(f"{name}.model_args.attn_implementation=fa2 → flash_attention_2")
         template = (role.get("data_args") or {}).pop("template", None)
         if template is not None:
             notes.append(
@@ -348,83 +344,3 @@ def _strategy_grad_norm(
     notes.append(
         f"{name}.strategy_args.strategy_config.max_grad_norm={value} → max_grad_norm (one clip)"
     )
-
-
-DEVICE_ROLES = ("actor_train", "actor_infer", "reference", "critic")
-"""The roles whose ``device_mapping`` places them on GPUs."""
-
-
-def _devices(data: dict[str, Any], notes: list[str]) -> None:
-    """ROLL's GPU placement on a machine where torch sees no CUDA device: one CPU
-    process (``num_gpus_per_node`` → 0, the roles' ``device_mapping`` dropped).
-    Left as written where a GPU is visible or ``distributed=ray`` is asked for."""
-    if data.get("distributed", "local") != "local" or _cuda_visible():
-        return
-    dropped = (
-        [f"num_gpus_per_node={data['num_gpus_per_node']}"] if data.get("num_gpus_per_node") else []
-    )
-    data["num_gpus_per_node"] = 0
-    for name in DEVICE_ROLES:
-        role = data.get(name)
-        if isinstance(role, dict) and role.get("device_mapping") is not None:
-            dropped.append(f"{name}.device_mapping={role.pop('device_mapping')}")
-    if dropped:
-        notes.append(
-            f"{', '.join(dropped)} dropped: torch sees no CUDA device, so the run is one "
-            "CPU process (distributed=local)"
-        )
-    for name in ("actor_train", "critic"):
-        strategy = (data.get(name) or {}).get("strategy_args") or {}
-        if strategy.get("strategy_name") == "megatron_train":
-            _one_megatron_rank(name, strategy, notes)
-
-
-ONE_RANK = {
-    "tensor_model_parallel_size": 1,
-    "pipeline_model_parallel_size": 1,
-    "virtual_pipeline_model_parallel_size": None,
-    "context_parallel_size": 1,
-    "expert_model_parallel_size": 1,
-    "sequence_parallel": False,
-}
-"""The Megatron ``strategy_config`` of one process: every parallel size 1."""
-
-
-def _one_megatron_rank(name: str, strategy: dict[str, Any], notes: list[str]) -> None:
-    """``megatron_train`` in one CPU process: the parallel sizes become 1 (the rest of
-    ``strategy_config`` stays), or the torch strategy where megatron-core is missing."""
-    config = strategy.get("strategy_config") or {}
-    if importlib.util.find_spec("megatron") is None:
-        strategy.update(strategy_name="torch", strategy_config={})
-        notes.append(
-            f"{name}.strategy_args.strategy_name=megatron_train → torch (strategy_config "
-            f"{config} dropped): megatron-core is not installed (pip install "
-            "'agentgym[megatron]')"
-        )
-        return
-    changed = {
-        key: (config[key], value)
-        for key, value in ONE_RANK.items()
-        if config.get(key, value) not in (value, 1 if value is None else value)
-    }
-    for key, (_, value) in changed.items():
-        config[key] = value
-    if changed:
-        listed = ", ".join(f"{key}={old} → {new}" for key, (old, new) in changed.items())
-        notes.append(f"{name}.strategy_args.strategy_config: {listed} (one CPU process, one rank)")
-
-
-def _cuda_visible() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def _flash_attention() -> str:
-    """ROLL's ``fa2``: flash attention 2 where flash-attn and CUDA are there, else SDPA
-    (the same attention, computed by torch)."""
-    if importlib.util.find_spec("flash_attn") is None:
-        return "sdpa"
-    import torch
-
-    return "flash_attention_2" if torch.cuda.is_available() else "sdpa"
