@@ -14,6 +14,8 @@ from typing import Any
 import yaml
 
 from agentgym.cluster import Cluster, PlacementPlan, plan_placement, start_cluster
+from agentgym.config_checks import data_parallel_size, device_mappings, dual_clip_c
+from agentgym.config_sections import EnvManagerSection, GeneratingArgs
 from agentgym.console import LIBRARY_LOG_FILE, redirect_output
 from agentgym.errors import ConfigError
 from agentgym.fileio import write_atomic, write_json_atomic
@@ -26,14 +28,7 @@ from agentgym.rollout.env_manager import EnvConfig, EnvManager
 from agentgym.rollout.loop import RolloutConfig
 from agentgym.rollout.router import Router
 from agentgym.rollout.scheduling import RequestCap
-from agentgym.schema import (
-    EnvManagerSection,
-    GeneratingArgs,
-    TrainConfig,
-    data_parallel_size,
-    device_mappings,
-    dual_clip_c,
-)
+from agentgym.schema import TrainConfig
 from agentgym.trainers.grpo import GRPOConfig, TrainParts, kl_controller
 from agentgym.trainers.ranks import start_rank_group
 from agentgym.trainers.rewards import RunningMoments

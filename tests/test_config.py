@@ -13,8 +13,9 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from agentgym.config_checks import NOT_YET
 from agentgym.errors import ConfigError
-from agentgym.schema import NOT_YET, TrainConfig, known_paths, validate
+from agentgym.schema import TrainConfig, known_paths, validate
 from agentgym.train import check_overrides, register_env_configs
 
 register_env_configs()
@@ -200,7 +201,7 @@ def test_issue_19_keys_that_contradict_each_other_fail(
 
 
 def test_device_mapping_accepts_rolls_expression() -> None:
-    from agentgym.schema import Role
+    from agentgym.config_sections import Role
 
     assert Role(device_mapping="list(range(0,4))").device_mapping == [0, 1, 2, 3]  # type: ignore[arg-type]
 

@@ -15,13 +15,12 @@ from typing import Any
 import pytest
 
 from agentgym.console import (
-    LibraryLogSummary,
-    RepeatedMessage,
     echo,
     library_logs,
     library_of,
     redirect_output,
 )
+from agentgym.log_summary import LibraryLogSummary, RepeatedMessage
 
 
 def bare_root(monkeypatch: pytest.MonkeyPatch) -> logging.Logger:

@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
+from agentgym.config_checks import check_scheduling
 from agentgym.errors import ConfigError
 from agentgym.rollout.backends.base import Generation, SamplingParams
 from agentgym.rollout.backends.scripted import ScriptedBackend
 from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.lockstep import Lockstep
-from agentgym.schema import TrainConfig, _check_scheduling, validate
+from agentgym.schema import TrainConfig, validate
 from agentgym.trajectory import Trajectory
 from tests.rollout.test_loop import run
 from tests.test_config import composed
@@ -115,4 +116,4 @@ def test_generate_opt_level_0_is_accepted_without_async_generation() -> None:
     with pytest.raises(
         ConfigError, match=r"async_generation_ratio=0\.5 needs generate_opt_level=1"
     ):
-        _check_scheduling(both)  # as ROLL asserts
+        check_scheduling(both)  # as ROLL asserts
