@@ -351,6 +351,7 @@ def check_envs(config: TrainConfig) -> None:
             them when it mentions none) and the env's own message.
     """
     import re
+    import traceback
 
     from agentgym.envs.adapter import make_text_env
 
@@ -383,9 +384,10 @@ def check_envs(config: TrainConfig) -> None:
                 message = str(error) or type(error).__name__
                 named = [k for k in kwargs if re.search(rf"\b{re.escape(str(k))}\b", message)]
                 given = ", ".join(f"{where}.{k}={kwargs[k]!r}" for k in named or kwargs)
+                where_raised = "".join(traceback.format_exception(error, limit=-3))
                 raise ConfigError(
                     f"env {name!r} rejects its arguments ({given or 'none given'}): "
-                    f"{type(error).__name__}: {message}"
+                    f"{type(error).__name__}: {message}\n{where_raised.rstrip()}"
                 ) from None
 
 

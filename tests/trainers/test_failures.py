@@ -57,13 +57,14 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_plugin_env_that_always_fails_stops_the_run_with_its_traceback(
     tmp_path: Path, cache: Path
 ) -> None:
+    # the env is built and reset once before any model work: the run stops there
     env = install_plugin(tmp_path)
     arguments = command(tmp_path / "run", cache, "generation=hf")
     arguments[arguments.index("env=sokoban")] = "env=crashing_env"
     result = subprocess.run(arguments, capture_output=True, text=True, cwd=tmp_path, env=env)
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "episodes failed" in result.stderr and "max_failed_fraction=0.5" in result.stderr
-    assert "env 'crashing_env'" in result.stderr
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "config error: env 'crashing_env'" in result.stderr
+    assert not (tmp_path / "run" / "meta.json").exists()  # written once the parts are built
     assert "RuntimeError: crashing_env cannot reset: its data file is missing" in result.stderr
     assert "agentgym_crash_plugin.py" in result.stderr  # the env's own frame, not just ours
     assert not (tmp_path / "run" / "checkpoints").exists()  # it never trained
