@@ -102,7 +102,8 @@ class EnvGroup(Section):
     """``env/``: what to play, and the budgets that fit it.
 
     The budgets are read by the top-level keys of the same names
-    (``max_new_tokens`` by ``generation.max_new_tokens``) and by ``model.warm_start``
+    (``max_new_tokens`` by ``generation.max_new_tokens``, ``learning_rate`` by
+    ``actor_train.training_args.learning_rate``) and by ``model.warm_start``
     (``warm_start``: whose experts demonstrate, for how many steps); None leaves
     those keys at their defaults, and a key given on the command line wins over
     the env's value.
@@ -114,6 +115,7 @@ class EnvGroup(Section):
     sequence_length: PositiveInt | None = None
     max_turns: PositiveInt | None = None
     history_length: NonNegativeInt | None = None
+    learning_rate: NonNegativeFloat | None = None
     warm_start: EnvWarmStart = EnvWarmStart()
     instructions: str | None = None
 
