@@ -157,7 +157,7 @@ def test_roll_spellings_work() -> None:
     assert config.train_env_manager.env_groups == 4
     from agentgym.builders import grpo_config
 
-    assert grpo_config(config).dual_clip_ratio_c == pytest.approx(1.4)  # ROLL: 1 + 2 × pg_clip
+    assert grpo_config(config).loss.dual_clip_ratio_c == pytest.approx(1.4)  # ROLL: 1 + 2 × pg_clip
 
 
 def test_issue_19_keys_work_together() -> None:
@@ -174,9 +174,16 @@ def test_issue_19_keys_work_together() -> None:
         )
     )  # fmt: skip
     settings = grpo_config(config)
-    assert (settings.lambd, settings.critic_warmup, settings.value_clip) == (0.9, 2, 0.2)
-    assert (settings.target_kl, settings.kl_horizon) == (0.05, 10000)  # ROLL's horizon
-    assert settings.processes_rewards
+    assert (
+        settings.advantage.lambd,
+        settings.schedule.critic_warmup,
+        settings.loss.value_clip,
+    ) == (0.9, 2, 0.2)
+    assert (settings.advantage.target_kl, settings.advantage.kl_horizon) == (
+        0.05,
+        10000,
+    )  # ROLL's horizon
+    assert settings.advantage.processes_rewards
     assert config.critic.training_args.learning_rate == 1e-3
 
 

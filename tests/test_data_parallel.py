@@ -25,7 +25,7 @@ TRAJECTORIES = (
 def test_one_process_is_one_replica() -> None:
     config = validate(composed(*TRAJECTORIES))
     assert data_parallel_size(config) == 1
-    assert grpo_config(config).gradient_accumulation_steps == 2  # mini-batch 4 × 2 = 8
+    assert grpo_config(config).schedule.gradient_accumulation_steps == 2  # mini-batch 4 × 2 = 8
 
 
 def test_two_torch_ranks_double_the_mini_batch() -> None:
@@ -34,7 +34,7 @@ def test_two_torch_ranks_double_the_mini_batch() -> None:
     )
     assert data_parallel_size(config) == 2
     # 4 rows × 2 accumulation steps on each of 2 replicas: 4 micro-batches of 4 per mini-batch
-    assert grpo_config(config).gradient_accumulation_steps == 4
+    assert grpo_config(config).schedule.gradient_accumulation_steps == 4
 
 
 def test_tensor_parallel_ranks_are_one_replica() -> None:
@@ -48,7 +48,7 @@ def test_tensor_parallel_ranks_are_one_replica() -> None:
         )
     )
     assert data_parallel_size(config) == 2  # 4 ranks / TP 2
-    assert grpo_config(config).gradient_accumulation_steps == 4
+    assert grpo_config(config).schedule.gradient_accumulation_steps == 4
 
 
 def test_a_mini_batch_that_does_not_divide_the_rollout_names_the_numbers() -> None:

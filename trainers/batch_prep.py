@@ -50,11 +50,11 @@ def check_failures(config: GRPOConfig, trajectories: list[Trajectory], step: int
     for message in report.messages:
         logger.warning("step %d: %s", step, message)
     share = report.failed / max(len(trajectories), 1)
-    if report.failed and share > config.max_failed_fraction:
+    if report.failed and share > config.schedule.max_failed_fraction:
         first = report.messages[0] if report.messages else ""
         raise RolloutFailedError(
             f"step {step}: {report.failed} of {len(trajectories)} episodes failed "
-            f"({share:.0%} > max_failed_fraction={config.max_failed_fraction}); the first "
+            f"({share:.0%} > max_failed_fraction={config.schedule.max_failed_fraction}); the first "
             f"failure:\n{first}"
         )
     return float(report.failed)
@@ -90,11 +90,11 @@ def prepare_batch(
     batch = RolloutBatch.from_trajectories(
         played,
         pad_token_id=parts.pad_token_id,
-        step_score=config.step_score,
-        step_gamma=config.step_gamma,
+        step_score=config.advantage.step_score,
+        step_gamma=config.advantage.step_gamma,
     )
     step_advantages = step_level_advantages(config, batch, metrics)  # [B] or None
-    if config.drop_zero_variance_groups:
+    if config.advantage.drop_zero_variance_groups:
         keep = varied_groups(batch.scores, batch.group_ids)  # [B]
         if step_advantages is not None:
             keep |= step_advantages != 0
@@ -106,33 +106,33 @@ def prepare_batch(
         batch = batch.rows(keep.nonzero()[:, 0], width=int(batch.attention_mask[keep].sum(1).max()))
     mask = batch.loss_mask.float()  # [B, T]
     # π_old: the engine's logprobs (bypass), or the trainer's (the proximal policy)
-    proximal = None if config.old_logprobs == "engine" else strategy.logprobs(batch) * mask
+    proximal = None if config.loss.old_logprobs == "engine" else strategy.logprobs(batch) * mask
     correction = correction_terms(
-        batch.loss_mask, batch.engine_logprobs, proximal, config.train_infer_correction
+        batch.loss_mask, batch.engine_logprobs, proximal, config.loss.train_infer_correction
     )
     batch.old_logprobs, batch.is_weights = correction.old_logprobs, correction.is_weights
     metrics.update({f"actor/{key}": value for key, value in correction.metrics.items()})
     penalty = None  # [B, T]: beta * KL, the token-level KL penalty
     if config.needs_reference:
         batch.ref_logprobs = strategy.reference_logprobs(batch) * mask
-        if config.add_token_level_kl:
+        if config.advantage.add_token_level_kl:
             penalty = token_level_kl_penalty(config, parts, batch, metrics)
     normalized, token_rewards = reward_signal(
         config, parts, batch, penalty, step_advantages, metrics
     )  # [B], [B, T]
-    if config.adv_estimator == "gae":
+    if config.advantage.adv_estimator == "gae":
         if step is None:  # the rollout of step N sampled with version N - 1
             step = played[0].policy_version + 1
         batch.advantages = critic_advantages(config, parts, batch, token_rewards, step, metrics)
     else:
         batch.advantages = compute_advantages(
-            config.adv_estimator,
+            config.advantage.adv_estimator,
             normalized_scores=normalized,
             token_rewards=token_rewards,
             loss_mask=batch.loss_mask,
-            gamma=config.gamma,
-            whiten=config.whiten_advantages,
-            clip=config.advantage_clip,
+            gamma=config.advantage.gamma,
+            whiten=config.advantage.whiten_advantages,
+            clip=config.advantage.advantage_clip,
         )
     if correction.keep is not None:  # filtered tokens leave the loss after the advantages (ROLL)
         batch.loss_mask = batch.loss_mask * correction.keep
@@ -156,12 +156,19 @@ def critic_advantages(
         raise ValueError("adv_estimator=gae needs parts.critic (builders.build_train makes it)")
     batch.values = parts.critic.values(batch) * batch.loss_mask  # [B, T]
     gae = gae_advantages(
-        token_rewards, batch.values, batch.loss_mask, gamma=config.gamma, lambd=config.lambd
+        token_rewards,
+        batch.values,
+        batch.loss_mask,
+        gamma=config.advantage.gamma,
+        lambd=config.advantage.lambd,
     )
     batch.returns = gae.returns
     metrics.update(update_critic(config, parts.critic, batch, step))
     return finish_advantages(
-        gae.advantages, batch.loss_mask, whiten=config.whiten_advantages, clip=config.advantage_clip
+        gae.advantages,
+        batch.loss_mask,
+        whiten=config.advantage.whiten_advantages,
+        clip=config.advantage.advantage_clip,
     )
 
 
@@ -181,7 +188,7 @@ def token_level_kl_penalty(
     if batch.old_logprobs is None or batch.ref_logprobs is None:
         raise ValueError("the token-level KL needs old_logprobs and ref_logprobs")
     mask = batch.loss_mask.float()  # [B, T]
-    kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, config.kl_penalty) * mask  # [B, T]
+    kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, config.loss.kl_penalty) * mask  # [B, T]
     beta = parts.kl_controller.value
     metrics["actor/token_level_kl"] = float(kl.sum() / mask.sum().clamp(min=1))
     metrics["actor/kl_coef"] = beta
@@ -205,23 +212,23 @@ def reward_signal(
     (:attr:`GRPOConfig.processes_rewards`), :func:`process_rewards`, which
     also applies ``reward_clip`` (else :func:`normalize_rewards` clamps the score).
     """
-    fold = penalty is not None and config.adv_estimator == "grpo"
+    fold = penalty is not None and config.advantage.adv_estimator == "grpo"
     scores = batch.scores - penalty.sum(1) if fold and penalty is not None else batch.scores
-    processed = config.processes_rewards
+    processed = config.advantage.processes_rewards
     normalized = normalize_rewards(
         scores,
-        grouping=config.grouping,
-        method=config.normalization,
+        grouping=config.advantage.grouping,
+        method=config.advantage.normalization,
         group_ids=batch.group_ids,
         tags=batch.tags,
-        reward_clip=None if processed else config.reward_clip,
+        reward_clip=None if processed else config.advantage.reward_clip,
     )  # [B]
     if step_advantages is not None:
-        normalized = normalized + config.step_advantage_weight * step_advantages
+        normalized = normalized + config.advantage.step_advantage_weight * step_advantages
     if not processed:
         token_rewards = batch.token_rewards if penalty is None else batch.token_rewards - penalty
         return normalized, token_rewards
-    running = config.use_reward_scaling or config.reward_norm == "running"
+    running = config.advantage.use_reward_scaling or config.advantage.reward_norm == "running"
     if running and parts.reward_moments is None:
         raise ValueError("running reward statistics need parts.reward_moments (RunningMoments())")
     result = process_rewards(
@@ -229,14 +236,14 @@ def reward_signal(
         batch.loss_mask,
         group_ids=batch.group_ids,
         running=parts.reward_moments,
-        use_reward_scaling=config.use_reward_scaling,
-        use_reward_norm=config.use_reward_norm,
-        reward_norm=config.reward_norm,
-        reward_shift=config.reward_shift,
-        reward_scale=config.reward_scale,
-        reward_clip=config.reward_clip,
+        use_reward_scaling=config.advantage.use_reward_scaling,
+        use_reward_norm=config.advantage.use_reward_norm,
+        reward_norm=config.advantage.reward_norm,
+        reward_shift=config.advantage.reward_shift,
+        reward_scale=config.advantage.reward_scale,
+        reward_clip=config.advantage.reward_clip,
         token_penalty=None if fold else penalty,
-        whiten_rewards=config.whiten_rewards,
+        whiten_rewards=config.advantage.whiten_rewards,
     )
     metrics.update({f"train/{key}": value for key, value in result.metrics.items()})
     return result.scores, result.token_rewards
@@ -246,14 +253,16 @@ def step_level_advantages(
     config: GRPOConfig, batch: RolloutBatch, metrics: dict[str, float]
 ) -> torch.Tensor | None:
     """GiGPO's step-level term ``[B]`` (see :func:`anchor_state_advantages`); None when off."""
-    if not config.step_advantage_weight:
+    if not config.advantage.step_advantage_weight:
         return None
     if batch.step_returns is None or batch.state_ids is None:
         raise ValueError("GiGPO needs the batch's step_returns and state_ids (from_trajectories)")
     sizes = torch.bincount(batch.state_ids)[batch.state_ids]  # [B]
     metrics["train/anchor_state_share"] = float((sizes > 1).float().mean())
     metrics["train/anchor_state_groups"] = float(torch.unique(batch.state_ids).numel())
-    return anchor_state_advantages(batch.step_returns, batch.state_ids, config.normalization)
+    return anchor_state_advantages(
+        batch.step_returns, batch.state_ids, config.advantage.normalization
+    )
 
 
 def varied_groups(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:

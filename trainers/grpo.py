@@ -30,9 +30,9 @@ from agentgym.rollout.scheduler import bounded_update
 from agentgym.rollout.source import RolloutSource, rollout_source
 from agentgym.trainers.batch_prep import check_failures, prepare_batch
 from agentgym.trainers.checkpoint import latest_checkpoint
-from agentgym.trainers.correction import CorrectionConfig
 from agentgym.trainers.kl_control import KLController, make_kl_controller
 from agentgym.trainers.lifecycle import frames_of, phase_of, shut_down
+from agentgym.trainers.recipe_config import GRPOConfig
 from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.run_state import checkpoint, restore
 from agentgym.trainers.strategies import Critic, Strategy
@@ -49,92 +49,6 @@ class TrainingInterruptedError(KeyboardInterrupt):
         self.step = step
         self.checkpoint = checkpoint
         self.phase = phase
-
-
-@dataclass(frozen=True)
-class GRPOConfig:
-    """The algorithm's settings; :mod:`agentgym.schema` documents each one and
-    holds their defaults (``GRPOConfig.from_schema``-style builders pick them
-    by name there, so a Python user and the command line get one algorithm)."""
-
-    max_steps: int
-    save_steps: int
-    logging_steps: int
-    eval_steps: int
-    ppo_epochs: int
-    micro_batch_size: int
-    gradient_accumulation_steps: int
-    adv_estimator: str
-    gamma: float
-    lambd: float
-    whiten_advantages: bool
-    reward_clip: float | None
-    use_reward_scaling: bool
-    use_reward_norm: bool
-    reward_norm: str | None
-    reward_shift: bool
-    reward_scale: bool
-    whiten_rewards: bool
-    advantage_clip: float | None
-    grouping: str
-    normalization: str
-    drop_zero_variance_groups: bool
-    clip_ratio_low: float
-    clip_ratio_high: float
-    dual_clip_ratio_c: float | None
-    loss_agg_mode: str
-    loss_scale_factor: int
-    use_kl_loss: bool
-    kl_loss_coef: float
-    kl_penalty: str
-    add_token_level_kl: bool
-    init_kl_coef: float
-    target_kl: float | None
-    kl_horizon: int
-    entropy_loss_coef: float
-    sft_loss_coef: float
-    rl_loss_coef: float
-    use_topr_loss: bool
-    length_loss_weight: bool
-    difficulty_loss_weight: bool
-    critic_warmup: int
-    value_clip: float | None
-    critic_micro_batch_size: int
-    critic_gradient_accumulation_steps: int
-    tis_cap: float | None
-    val_renders: int
-    seed: int
-    old_logprobs: str
-    train_infer_correction: CorrectionConfig
-    step_score: str
-    step_advantage_weight: float
-    step_gamma: float
-    max_failed_fraction: float
-    rpc_timeout: float
-    async_generation_ratio: float = 0.0
-    """k > 0: rollout runs up to k steps ahead of training (docs/async.md)."""
-
-    @property
-    def uses_pipeline(self) -> bool:
-        """Whether rollout runs ahead of training (``async_generation_ratio > 0``);
-        ratio 0 is the synchronous recipe."""
-        return self.async_generation_ratio > 0
-
-    @property
-    def needs_reference(self) -> bool:
-        """Whether a frozen reference model is needed (a KL term is used)."""
-        return self.use_kl_loss or self.add_token_level_kl
-
-    @property
-    def processes_rewards(self) -> bool:
-        """Whether the scores go through ROLL's reward processing (docs/rewards.md):
-        with GAE, or any of ``use_reward_scaling``, ``reward_norm``, ``whiten_rewards``."""
-        return (
-            self.adv_estimator == "gae"
-            or self.use_reward_scaling
-            or self.reward_norm is not None
-            or self.whiten_rewards
-        )
 
 
 @dataclass
@@ -177,13 +91,14 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
         ShutdownError: When a part did not close at the end of the run.
         WeightSyncTimeoutError: When a weight sync hangs past ``rpc_timeout``.
     """
+    schedule = config.schedule
     loop = asyncio.new_event_loop()
     source = rollout_source(
         parts.train_manager,
         parts.backend,
         parts.chat,
         parts.train_rollout,
-        async_generation_ratio=config.async_generation_ratio,
+        async_generation_ratio=schedule.async_generation_ratio,
     )
     step = 0
     try:
@@ -191,9 +106,9 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
             step = restore(parts, resume)
             sync_weights(config, parts, loop)  # the engines sample with the checkpoint's weights
         loop.call_soon(source.start, step)
-        if step == 0 and config.eval_steps:
+        if step == 0 and schedule.eval_steps:
             validate(config, parts, loop, source, step=0)
-        while step < config.max_steps:
+        while step < schedule.max_steps:
             step += 1
             started = time.perf_counter()
             parts.strategy.train(False)
@@ -220,11 +135,13 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
             metrics["time/train"] = time.perf_counter() - trained
 
             metrics["time/step"] = time.perf_counter() - started
-            if step % config.logging_steps == 0 or step == config.max_steps:
+            if step % schedule.logging_steps == 0 or step == schedule.max_steps:
                 parts.tracker.log(metrics, step)
-            if config.eval_steps and (step % config.eval_steps == 0 or step == config.max_steps):
+            if schedule.eval_steps and (
+                step % schedule.eval_steps == 0 or step == schedule.max_steps
+            ):
                 validate(config, parts, loop, source, step=step)
-            if step % config.save_steps == 0 or step == config.max_steps:
+            if step % schedule.save_steps == 0 or step == schedule.max_steps:
                 checkpoint(parts, step, source.state_dict(step))
     except KeyboardInterrupt as interrupt:
         phase = phase_of(frames_of(interrupt.__traceback__)) or "training"
@@ -248,7 +165,9 @@ def push_weights(
     async def update() -> None:
         await parts.backend.update_weights(parts.strategy.export_weights())
 
-    return loop.run_until_complete(source.update_weights(update, timeout=config.rpc_timeout))
+    return loop.run_until_complete(
+        source.update_weights(update, timeout=config.schedule.rpc_timeout)
+    )
 
 
 def sync_weights(config: GRPOConfig, parts: TrainParts, loop: asyncio.AbstractEventLoop) -> float:
@@ -263,7 +182,7 @@ def sync_weights(config: GRPOConfig, parts: TrainParts, loop: asyncio.AbstractEv
     async def update() -> None:
         await parts.backend.update_weights(parts.strategy.export_weights())
 
-    sync = bounded_update(update, parts.backend, timeout=config.rpc_timeout)
+    sync = bounded_update(update, parts.backend, timeout=config.schedule.rpc_timeout)
     return loop.run_until_complete(sync)
 
 
@@ -293,8 +212,8 @@ def validate(
     metrics = {f"val/{key}": value for key, value in result.metrics.items()}
     metrics["val/policy_version"] = float(source.version)
     parts.tracker.log(metrics, step)
-    if parts.render_dir is not None and config.val_renders:
-        picked = pick_renders(result.trajectories, config.val_renders)
+    if parts.render_dir is not None and config.schedule.val_renders:
+        picked = pick_renders(result.trajectories, config.schedule.val_renders)
         render_trajectories(picked, parts.render_dir, step)
 
 
@@ -302,7 +221,7 @@ def kl_controller(config: GRPOConfig) -> KLController:
     """The coefficient of ``add_token_level_kl``: adaptive with ``target_kl`` (over
     ``kl_horizon`` samples), else fixed at ``init_kl_coef`` (ROLL's ``get_kl_controller``)."""
     return make_kl_controller(
-        config.init_kl_coef,
-        target_kl=config.target_kl,
-        kl_horizon=config.kl_horizon if config.target_kl is not None else None,
+        config.advantage.init_kl_coef,
+        target_kl=config.advantage.target_kl,
+        kl_horizon=config.advantage.kl_horizon if config.advantage.target_kl is not None else None,
     )

@@ -21,7 +21,7 @@ from agentgym.trainers.strategies import LossInputs, Metric, ModelOutputs
 from agentgym.trajectory import RolloutBatch
 
 if TYPE_CHECKING:
-    from agentgym.trainers.grpo import GRPOConfig
+    from agentgym.trainers.recipe_config import LossConfig
 
 
 class PolicyLoss:
@@ -39,7 +39,7 @@ class PolicyLoss:
     loss and metrics are its share of the mini-batch's (exact accumulation).
     """
 
-    def __init__(self, config: GRPOConfig, *, num_tokens: torch.Tensor, num_seqs: torch.Tensor):
+    def __init__(self, config: LossConfig, *, num_tokens: torch.Tensor, num_seqs: torch.Tensor):
         self.config = config
         self.counts = {
             "norm_length": config.loss_scale_factor,
@@ -126,7 +126,7 @@ class ValueLoss:
 
     LOSS_AGG_MODE = "seq-mean-token-mean"
 
-    def __init__(self, config: GRPOConfig, *, num_tokens: torch.Tensor, num_seqs: torch.Tensor):
+    def __init__(self, config: LossConfig, *, num_tokens: torch.Tensor, num_seqs: torch.Tensor):
         self.value_clip = config.value_clip
         self.num_tokens = num_tokens
         self.num_seqs = num_seqs

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -25,10 +24,10 @@ if TYPE_CHECKING:
 def minibatches(config: GRPOConfig, batch: RolloutBatch, step: int) -> list[RolloutBatch]:
     """The mini-batches of one step: ``ppo_epochs`` shuffled passes over ``batch``,
     each mini-batch trimmed to its longest sequence."""
-    size = config.micro_batch_size * config.gradient_accumulation_steps
-    generator = torch.Generator().manual_seed(config.seed * 100_003 + step)
+    size = config.schedule.micro_batch_size * config.schedule.gradient_accumulation_steps
+    generator = torch.Generator().manual_seed(config.schedule.seed * 100_003 + step)
     chunks = []
-    for _ in range(config.ppo_epochs):
+    for _ in range(config.schedule.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
         for start in range(0, len(batch), size):
             rows = order[start : start + size]
@@ -47,24 +46,28 @@ def update_policy(
         each metric's reduction) averaged over the updates; ``ratio_min`` and
         ``ratio_max`` are the extremes over all updates.
     """
-    if step <= config.critic_warmup:
+    if step <= config.schedule.critic_warmup:
         return {"actor/updates": 0.0}
     chunks = minibatches(config, batch, step)
     updates = MetricReducer()
     for chunk in progress(chunks, f"step {step} update", enabled=sys.stderr.isatty()):
-        if config.length_loss_weight or config.difficulty_loss_weight:  # over the mini-batch
+        if (
+            config.loss.length_loss_weight or config.loss.difficulty_loss_weight
+        ):  # over the mini-batch
             chunk.sample_weights = sample_weights(
                 chunk.loss_mask,
                 difficulty=group_difficulty(batch.scores, batch.group_ids, of=chunk.group_ids),
-                difficulty_loss_weight=config.difficulty_loss_weight,
-                length_loss_weight=config.length_loss_weight,
+                difficulty_loss_weight=config.loss.difficulty_loss_weight,
+                length_loss_weight=config.loss.length_loss_weight,
             )
         loss = PolicyLoss(
-            config,
+            config.loss,
             num_tokens=chunk.loss_mask.sum().clamp(min=1),
             num_seqs=(chunk.loss_mask.sum(1) > 0).sum().clamp(min=1),
         )
-        result = strategy.train_step(list(micro_batches(chunk, config.micro_batch_size)), loss)
+        result = strategy.train_step(
+            list(micro_batches(chunk, config.schedule.micro_batch_size)), loss
+        )
         # a mini-batch's shares have added up to its value: average those over updates
         updates.add(
             {
@@ -87,21 +90,22 @@ def update_critic(
         ``critic/*`` metrics averaged over the updates, and ``time/critic``.
     """
     started = time.perf_counter()
-    sizes = replace(
-        config,
+    sizes = config.with_values(
         ppo_epochs=1,
-        micro_batch_size=config.critic_micro_batch_size,
-        gradient_accumulation_steps=config.critic_gradient_accumulation_steps,
+        micro_batch_size=config.schedule.critic_micro_batch_size,
+        gradient_accumulation_steps=config.schedule.critic_gradient_accumulation_steps,
     )
     chunks = minibatches(sizes, batch, step)
     updates = MetricReducer()
     for chunk in chunks:
         loss = ValueLoss(
-            config,
+            config.loss,
             num_tokens=chunk.loss_mask.sum().clamp(min=1),
             num_seqs=(chunk.loss_mask.sum(1) > 0).sum().clamp(min=1),
         )
-        result = critic.train_step(list(micro_batches(chunk, sizes.micro_batch_size)), loss)
+        result = critic.train_step(
+            list(micro_batches(chunk, sizes.schedule.micro_batch_size)), loss
+        )
         updates.add({key: Metric(m.value, "mean") for key, m in result.items()})
     return {f"critic/{key}": value for key, value in updates.values().items()} | {
         "critic/updates": float(len(chunks)),

@@ -18,6 +18,7 @@ from agentgym.builders import build_train
 from agentgym.rollout.backends.base import Generation, SamplingParams
 from agentgym.rollout.backends.scripted import ScriptedBackend
 from agentgym.rollout.scheduler import WeightSyncTimeoutError
+from agentgym.rollout.source import AheadSource, EnvRollout, RolloutSource
 from agentgym.schema import validate
 from agentgym.trainers import grpo
 from agentgym.trainers.grpo import GRPOConfig, TrainParts, train
@@ -100,10 +101,20 @@ def test_ratio_0_through_the_pipeline_equals_the_synchronous_recipe(
         # the scripted agent's answers do not depend on how requests are batched (the HF
         # engine's logprobs do, in the last bits, even between two synchronous runs)
         parts.backend = ScriptedBackend(parts.chat.tokenizer, "random")
+        sources: list[RolloutSource] = []
+
+        def ahead_at_zero(
+            *args: Any, async_generation_ratio: float, sources: list[RolloutSource] = sources
+        ) -> RolloutSource:
+            assert async_generation_ratio == 0
+            sources.append(AheadSource(EnvRollout(*args), ratio=0.0))
+            return sources[-1]
+
         if pipeline:  # k = 0 by the async machinery: admission, pause/sync/resume, threads
-            monkeypatch.setattr(GRPOConfig, "uses_pipeline", property(lambda self: True))
+            monkeypatch.setattr(grpo, "rollout_source", ahead_at_zero)
         record.trained.clear()
         train(config, parts)
+        assert len(sources) == int(pipeline)  # the pipeline run went through AheadSource
         played = {s: [(t.group_id, t.input_ids) for t in ts] for s, ts in record.trained.items()}
         logged = {
             s: {k: v for k, v in m.items() if k.startswith(("train/", "actor/"))}

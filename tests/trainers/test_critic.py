@@ -72,8 +72,8 @@ def test_micro_batches_give_the_whole_mini_batch_value_gradient(
     config = default_grpo_config(adv_estimator="gae", value_clip=value_clip)
     counts = {"num_tokens": batch.loss_mask.sum(), "num_seqs": (batch.loss_mask.sum(1) > 0).sum()}
     whole, split = critic(tiny_model_dir), critic(tiny_model_dir)
-    full = whole.train_step([batch], ValueLoss(config, **counts))
-    accumulated = split.train_step(list(micro_batches(batch, 2)), ValueLoss(config, **counts))
+    full = whole.train_step([batch], ValueLoss(config.loss, **counts))
+    accumulated = split.train_step(list(micro_batches(batch, 2)), ValueLoss(config.loss, **counts))
     for name, grad in gradients(whole.model).items():
         torch.testing.assert_close(gradients(split.model)[name], grad, atol=1e-6, rtol=1e-5)
     for key, metric in full.items():

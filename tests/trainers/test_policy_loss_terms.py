@@ -51,7 +51,7 @@ def run(
     """The loss, metrics and d loss / d logprobs of the whole batch as one micro-batch."""
     mask = batch.loss_mask
     current = torch.tensor(logprobs, requires_grad=True)
-    loss_fn = PolicyLoss(config, num_tokens=mask.sum(), num_seqs=(mask.sum(1) > 0).sum())
+    loss_fn = PolicyLoss(config.loss, num_tokens=mask.sum(), num_seqs=(mask.sum(1) > 0).sum())
     loss, metrics = loss_fn(ModelOutputs(current), batch)
     loss.backward()
     assert current.grad is not None
@@ -191,12 +191,12 @@ def test_update_policy_weighs_difficulty_by_the_whole_groups_failure_rate() -> N
 
 
 def test_difficulty_loss_weight_is_accepted_by_the_schema() -> None:
-    assert grpo_config(validate({"difficulty_loss_weight": True})).difficulty_loss_weight
+    assert grpo_config(validate({"difficulty_loss_weight": True})).loss.difficulty_loss_weight
 
 
 def test_dual_clip_loss_is_rolls_bound_one_plus_two_pg_clip() -> None:
     settings = grpo_config(validate({"dual_clip_loss": True}))
-    assert settings.dual_clip_ratio_c == pytest.approx(1.4)  # 1 + 2 × 0.2, not verl's 3
+    assert settings.loss.dual_clip_ratio_c == pytest.approx(1.4)  # 1 + 2 × 0.2, not verl's 3
     # A = -1, r = e^2: PPO's loss max(r, clip(r)) = e^2 is bounded at c |A| = 1.4
     logprobs = [[0.0, 0.0]]
     batch = batch_of(logprobs, [[0.0, -1.0]], [[0, 1]], [0.0], old=[[0.0, -2.0]])

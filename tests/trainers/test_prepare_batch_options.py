@@ -226,6 +226,6 @@ def test_a_fixed_coefficient_gives_the_init_kl_coef_penalty_per_token() -> None:
     batch, _ = prepared(settings, parts(kl_controller=kl_controller(settings)))
     assert batch.advantages is not None
     kl = torch.tensor([[0, 0, 2.25, 1.0], [0, 0, 0.5, 0]])
-    rewards = torch.tensor([[0, 0, 0, 1.0], [0, 0, 0, 0]]) - settings.init_kl_coef * kl
+    rewards = torch.tensor([[0, 0, 0, 1.0], [0, 0, 0, 0]]) - settings.advantage.init_kl_coef * kl
     expected = rewards.flip(-1).cumsum(-1).flip(-1) * batch.loss_mask
     assert_close(batch.advantages, expected)

@@ -95,10 +95,10 @@ def test_micro_batches_give_the_whole_mini_batch_gradient_and_metrics(
         "num_seqs": (batch.loss_mask.sum(1) > 0).sum(),
     }
     whole, split = strategy(tiny_model_dir), strategy(tiny_model_dir)
-    full = whole.train_step([batch], PolicyLoss(config, **counts))
+    full = whole.train_step([batch], PolicyLoss(config.loss, **counts))
     parts = list(micro_batches(batch, 2))
     assert [p.input_ids.shape[1] for p in parts] == [14, 9, 12]  # trimmed: the real cut
-    accumulated = split.train_step(parts, PolicyLoss(config, **counts))
+    accumulated = split.train_step(parts, PolicyLoss(config.loss, **counts))
 
     for name, grad in gradients(whole.model).items():
         torch.testing.assert_close(gradients(split.model)[name], grad, atol=1e-6, rtol=1e-5)
@@ -120,7 +120,9 @@ def test_update_policy_averages_updates_and_keeps_the_extremes(tiny_model_dir: P
     )
     batch = ragged_batch(seed=1)
     logged = update_policy(config, strategy(tiny_model_dir), batch, step=1)
-    order = torch.randperm(ROWS, generator=torch.Generator().manual_seed(config.seed * 100_003 + 1))
+    order = torch.randperm(
+        ROWS, generator=torch.Generator().manual_seed(config.schedule.seed * 100_003 + 1)
+    )
     probe = strategy(tiny_model_dir)
     values: dict[str, list[float]] = {}
     for rows in (order[:3], order[3:]):
@@ -129,7 +131,7 @@ def test_update_policy_averages_updates_and_keeps_the_extremes(tiny_model_dir: P
             "num_tokens": chunk.loss_mask.sum().clamp(min=1),
             "num_seqs": (chunk.loss_mask.sum(1) > 0).sum().clamp(min=1),
         }
-        for key, metric in probe.train_step([chunk], PolicyLoss(config, **counts)).items():
+        for key, metric in probe.train_step([chunk], PolicyLoss(config.loss, **counts)).items():
             values.setdefault(key, []).append(metric.value)
     assert logged["actor/updates"] == 2.0
     assert logged["actor/entropy"] == pytest.approx(sum(values["entropy"]) / 2, rel=1e-5)
