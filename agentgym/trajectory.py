@@ -327,7 +327,8 @@ class RolloutBatch:
             pad_token_id: Id written at padded positions.
             include_failed: Keep trajectories whose env or backend raised
                 (dropped by default: their episode score is not a real outcome).
-            step_score, step_gamma: See :meth:`Trajectory.samples`.
+            step_score: See :meth:`Trajectory.samples`.
+            step_gamma: See :meth:`Trajectory.samples`.
 
         Raises:
             ValueError: If no sample remains.
