@@ -1,5 +1,5 @@
 """Every command of the env docs runs: CONTRIBUTING.md's "Register it" and "Check it"
-sections and README.md's "Your own envs".
+sections and docs/envs.md's "Your own envs".
 
 The plugin packages are built from the docs' own code blocks (NumberLineEnv,
 CoinEnv, their ``pyproject.toml`` and Coin's ``registration.py``). Each
@@ -22,7 +22,7 @@ from tests.envs.trainrun import logged_steps, run_python, train_two_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text()
-README = (ROOT / "README.md").read_text()
+ENVS_PAGE = (ROOT / "docs" / "envs.md").read_text()
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 TYPED = {"number_line": "right\nleft\n:q\n", "coin": "heads\ntails\n:q\n"}
 
@@ -49,7 +49,7 @@ def commands(text: str) -> list[list[str]]:
 CONTRIBUTING_COMMANDS = commands(
     between(CONTRIBUTING, "### 2.2 Register it", "`eval` prints success rate")
 )
-README_COMMANDS = commands(between(README, "### Your own envs", "### Sokoban rooms"))
+ENVS_PAGE_COMMANDS = commands(between(ENVS_PAGE, "## Your own envs", "## Sokoban rooms"))
 
 
 def write_packages(root: Path) -> None:
@@ -114,7 +114,7 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_docs_show_both_ways_and_constructor_arguments() -> None:
-    shown = [shlex.join(c) for c in CONTRIBUTING_COMMANDS + README_COMMANDS]
+    shown = [shlex.join(c) for c in CONTRIBUTING_COMMANDS + ENVS_PAGE_COMMANDS]
     assert "python -m agentgym.train env=coin generation=hf" in shown  # a plain Gymnasium env
     # a plugin's constructor arguments, set without a '+' (train and eval add them)
     assert any(c.startswith("python -m agentgym.train env=number_line env.kwargs.") for c in shown)
@@ -136,10 +136,10 @@ def test_every_contributing_command_runs(docs_site: Path, model_cache: Path) -> 
 
 
 @pytest.mark.slow
-def test_every_readme_env_command_runs(docs_site: Path, model_cache: Path) -> None:
-    for index, args in enumerate(README_COMMANDS):
+def test_every_envs_page_command_runs(docs_site: Path, model_cache: Path) -> None:
+    for index, args in enumerate(ENVS_PAGE_COMMANDS):
         run_command(args, docs_site, model_cache, 100 + index)
 
 
 def test_commands_are_found() -> None:
-    assert len(CONTRIBUTING_COMMANDS) >= 15 and len(README_COMMANDS) == 4
+    assert len(CONTRIBUTING_COMMANDS) >= 15 and len(ENVS_PAGE_COMMANDS) == 4

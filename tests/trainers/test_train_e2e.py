@@ -122,7 +122,7 @@ def weights(folder: Path) -> dict[str, torch.Tensor]:
 def test_learning_rate_zero_is_a_control_with_identical_validation(
     tmp_path: Path, cache: Path
 ) -> None:
-    # The README's control run: with lr 0 the weights never change although the
+    # The control run of docs/benchmarks.md: with lr 0 the weights never change although the
     # gradients are not 0, so the seeded validation on fixed seeds repeats exactly.
     common = ("generation=hf", "eval_steps=2", "save_steps=4")
     control, trained = tmp_path / "control", tmp_path / "trained"

@@ -247,7 +247,7 @@ def test_search_recall_over_500_goals(world: World) -> None:
         target = world.catalog.index[goal.asin]
         hits10 += target in results[:10]
         hits50 += target in results[:50]
-    # Measured at 1,000 products: recall@10 0.996, recall@50 1.0 (see the README).
+    # Measured at 1,000 products: recall@10 0.996, recall@50 1.0 (see docs/envs.md).
     assert hits10 / 500 >= 0.95
     assert hits50 / 500 >= 0.99
 

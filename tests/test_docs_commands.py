@@ -1,6 +1,7 @@
-"""Every example command in the README runs, shortened to a step or two, and does
-what its text says. (The commands of "Your own envs" need the docs' plugin
-packages: tests/envs/test_docs_commands.py runs those.)"""
+"""Every example command of the docs runs, shortened to a step or two, and does
+what its text says: the ``bash`` blocks of README.md and of the pages in docs/.
+(The commands of docs/envs.md's "Your own envs" need the docs' plugin packages:
+tests/envs/test_docs.py runs those.) A command shown on two pages runs once."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ import pytest
 
 from tests.servers import free_port, running_server
 
-README = Path(__file__).parents[1] / "README.md"
-SKIPPED_SECTIONS = ("### Your own envs",)
+ROOT = Path(__file__).parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SKIPPED_SECTIONS = {"envs.md": "## Your own envs"}
 
 # A step or two on the tiny model: the keys a training example does not set itself.
 FAST = {
@@ -38,25 +40,40 @@ FAST = {
 }
 
 
-def readme_commands() -> list[str]:
-    """The shell commands of the README's bash blocks (continuations joined, comments cut)."""
-    text = README.read_text()
-    for section in SKIPPED_SECTIONS:
-        start = text.index(section)
-        end = min(
-            text.find(mark, start + len(section)) % (len(text) + 1) for mark in ("\n## ", "\n### ")
-        )
-        text = text[:start] + text[end:]
+def without_section(text: str, heading: str) -> str:
+    """``text`` less the section under ``heading``, up to the next heading of its level or above."""
+    start = text.index(heading)
+    level = len(heading.split(" ", 1)[0])
+    # from "##" on: a line that starts with "# " may be a comment in a code block
+    marks = ("#" * n + " " for n in range(2, level + 1))
+    ends = [text.find(f"\n{mark}", start + len(heading)) for mark in marks]
+    end = min((e for e in ends if e >= 0), default=len(text))
+    return text[:start] + text[end:]
+
+
+def page_commands(text: str) -> list[str]:
+    """The shell commands of a page's bash blocks (continuations joined, comments cut)."""
     found = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL):
         for command in block.replace("\\\n", " ").splitlines():
             command = re.sub(r"\s+#.*$", "", command).strip()
             if "-m agentgym." in command or "-m vllm." in command:
                 found.append(" ".join(command.split()))
+    return found
+
+
+def docs_commands() -> list[str]:
+    """Every page's commands, each once."""
+    found = []
+    for page in PAGES:
+        text = page.read_text()
+        if page.name in SKIPPED_SECTIONS:
+            text = without_section(text, SKIPPED_SECTIONS[page.name])
+        found += page_commands(text)
     return list(dict.fromkeys(found))
 
 
-COMMANDS = readme_commands()
+COMMANDS = docs_commands()
 SERVER = next(c for c in COMMANDS if "-m vllm.entrypoints" in c)
 
 
@@ -87,7 +104,7 @@ def server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A short training run for the examples that evaluate one (RUN)."""
-    root = tmp_path_factory.mktemp("readme-run")
+    root = tmp_path_factory.mktemp("docs-run")
     words = [sys.executable, "-m", "agentgym.train", *(f"{k}={v}" for k, v in FAST.items())]
     cache = root / "cache"
     words += [f"model.cache_dir={cache}", "generation=hf", f"output_dir={root / 'run'}"]
@@ -118,6 +135,7 @@ def localized(command: str, tiny_model_dir: Path, run_dir: Path, tmp_path: Path)
     command = re.sub(r"\bDIR\b", str(tiny_model_dir), command)
     command = re.sub(r"\bRUN\b", str(run_dir), command).replace("NAME", "tiny")
     command = command.replace("output_dir=runs/", f"output_dir={tmp_path}/runs/")
+    command = command.replace("$PWD/", f"{ROOT}/")  # the repository's own files
     import torch
 
     if not torch.cuda.is_available():  # the GPU example, on this machine's CPU
@@ -129,7 +147,7 @@ def localized(command: str, tiny_model_dir: Path, run_dir: Path, tmp_path: Path)
 
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if c != SERVER])
-def test_readme_command(
+def test_docs_command(
     command: str, tmp_path: Path, tiny_model_dir: Path, request: pytest.FixtureRequest
 ) -> None:
     run_dir = request.getfixturevalue("run_dir") if "RUN" in command else tmp_path
@@ -142,8 +160,8 @@ def test_readme_command(
         stdin = ":q\n"
     elif module == "agentgym.eval":
         words.append(f"hydra.run.dir={tmp_path / 'eval'}")
-    elif module == "agentgym.train":
-        words = shortened(words, tmp_path)
+    elif module == "agentgym.train" and "--config-path" not in words:
+        words = shortened(words, tmp_path)  # a --config-path file brings its own sizes
         if "resume_from_checkpoint=true" in words:  # the run it continues comes first
             first = [w for w in words if w != "resume_from_checkpoint=true"]
             first = [w if not w.startswith("max_steps=") else "max_steps=1" for w in first]
@@ -161,3 +179,14 @@ def test_readme_command(
         assert "validation success: " in result.stdout
         if "resume_from_checkpoint=true" in words:
             assert "resumed from " in result.stdout
+
+
+def test_each_page_with_examples_is_read() -> None:
+    """A renamed page or section would drop its commands from this test silently."""
+    found = {page.name: page_commands(page.read_text()) for page in PAGES}
+    assert found["README.md"] == []  # the front page runs make run and make test only
+    pages = ("getting_started.md", "envs.md", "rollout.md", "training.md", "scaling_out.md",
+             "async.md", "benchmarks.md", "coming_from.md")  # fmt: skip
+    assert all(found[name] for name in pages), {name: found[name] for name in pages}
+    assert "python -m agentgym.play sokoban --seed 3" in COMMANDS
+    assert not any("coin" in command for command in COMMANDS)  # tests/envs/test_docs.py's
