@@ -38,6 +38,9 @@ LOSS_AGG_MODES = (
 KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl", "full")
 """``kl_penalty``: the KL estimator (``k1``, ``k2``, ``k3`` are accepted aliases)."""
 
+PG_VARIANTS = ("vanilla", "ppo", "tis", "topr", "cispo", "kimi15")
+"""``pg_variant``: ROLL's agentic policy losses (``agentic_actor_pg_worker``)."""
+
 WEIGHT_TYPES = ("token", "segment", "geometric", "sequence")
 """ROLL's granularities of the ratio π_prox/μ (``weight_type``, ``agg_type``)."""
 

@@ -27,7 +27,7 @@ def test_validating_a_composed_config_imports_no_torch() -> None:
 
 
 def test_every_implementation_table_holds_the_names_the_schema_accepts() -> None:
-    from agentgym.trainers import advantages, correction, losses
+    from agentgym.trainers import advantages, correction, losses, pg_variants
     from agentgym.trainers.strategies import CRITIC_STRATEGIES, STRATEGIES
     from agentgym.trainers.strategies.optim import LR_SCHEDULERS
 
@@ -40,4 +40,5 @@ def test_every_implementation_table_holds_the_names_the_schema_accepts() -> None
     assert tuple(advantages._GROUPERS) == choices.GROUPINGS
     assert tuple(advantages._NORMALIZERS) == choices.NORMALIZATIONS
     assert tuple(losses._AGGREGATORS) == choices.LOSS_AGG_MODES
+    assert tuple(pg_variants.PG_VARIANTS) == choices.PG_VARIANTS
     assert correction.WEIGHT_TYPES is choices.WEIGHT_TYPES

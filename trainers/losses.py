@@ -200,23 +200,14 @@ def policy_loss(
             f"dual_clip (verl's clip_ratio_c) must be greater than 1, got {dual_clip}; "
             "use None to turn dual-clip off"
         )
-    tensors = {"old_logprobs": old_logprobs, "advantages": advantages, "mask": mask}
-    if is_weights is not None:
-        tensors["is_weights"] = is_weights
-    for key, tensor in tensors.items():
-        if tensor.shape != logprobs.shape:
-            raise ValueError(
-                f"{key} must have the shape of logprobs {tuple(logprobs.shape)}, "
-                f"got {tuple(tensor.shape)}"
-            )
+    check_policy_inputs(logprobs, old_logprobs, advantages, mask, is_weights)
     keep = mask.bool()
 
     def share(values: Tensor, where: Tensor) -> Tensor:
-        return _token_share(values, where, num_tokens)
+        return token_share(values, where, num_tokens)
 
     advantages = torch.where(keep, advantages, torch.zeros_like(advantages))  # [B, T]
-    log_ratio = torch.where(keep, logprobs - old_logprobs, torch.zeros_like(logprobs))  # [B, T]
-    ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))  # [B, T]
+    log_ratio, ratio = masked_ratio(logprobs, old_logprobs, keep)  # [B, T], [B, T]
     unclipped = -advantages * ratio  # [B, T]
     clipped = -advantages * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)  # [B, T]
     per_token = torch.maximum(unclipped, clipped)  # [B, T]
@@ -226,9 +217,86 @@ def policy_loss(
         negative = advantages < 0
         metrics["dual_clipfrac"] = share((negative & (per_token > bound)).float(), keep)
         per_token = torch.where(negative, torch.minimum(per_token, bound), per_token)
+    with torch.no_grad():
+        metrics.update(
+            clipfrac=share((clipped > unclipped).float(), keep),
+            clipfrac_low=share(((advantages < 0) & (ratio < 1.0 - clip_ratio_low)).float(), keep),
+            clipfrac_high=share(((advantages > 0) & (ratio > 1.0 + clip_ratio_high)).float(), keep),
+        )
+    return finish_policy_loss(
+        per_token,
+        mask,
+        log_ratio,
+        ratio,
+        metrics,
+        loss_agg_mode=loss_agg_mode,
+        is_weights=is_weights,
+        sample_weights=sample_weights,
+        norm_length=norm_length,
+        num_tokens=num_tokens,
+        num_seqs=num_seqs,
+    )
+
+
+def check_policy_inputs(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    is_weights: Tensor | None = None,
+) -> None:
+    """Raise ``ValueError`` unless every ``[B, T]`` input of a policy loss has logprobs' shape."""
+    tensors = {"old_logprobs": old_logprobs, "advantages": advantages, "mask": mask}
+    if is_weights is not None:
+        tensors["is_weights"] = is_weights
+    for key, tensor in tensors.items():
+        if tensor.shape != logprobs.shape:
+            raise ValueError(
+                f"{key} must have the shape of logprobs {tuple(logprobs.shape)}, "
+                f"got {tuple(tensor.shape)}"
+            )
+
+
+def masked_ratio(logprobs: Tensor, old_logprobs: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
+    """``(log_ratio, ratio)`` of the policy to the sampler, each ``[B, T]``.
+
+    ``log_ratio`` is ``logprobs - old_logprobs`` on ``keep`` and 0 off it (so NaN
+    there never reaches a gradient); ``ratio`` is its ``exp`` with the log clamped
+    to ``[-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT]`` (as verl), so no ratio overflows.
+    """
+    log_ratio = torch.where(keep, logprobs - old_logprobs, torch.zeros_like(logprobs))  # [B, T]
+    return log_ratio, torch.exp(log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+
+
+def finish_policy_loss(
+    per_token: Tensor,
+    mask: Tensor,
+    log_ratio: Tensor,
+    ratio: Tensor,
+    metrics: dict[str, Tensor],
+    *,
+    loss_agg_mode: str,
+    is_weights: Tensor | None,
+    sample_weights: Tensor | None,
+    norm_length: int | None,
+    num_tokens: Tensor | float | None,
+    num_seqs: Tensor | float | None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The common end of a policy loss: the per-token loss times ``is_weights`` and
+    each row's ``sample_weights`` (both detached), reduced by :func:`aggregate_loss`.
+
+    Adds to ``metrics`` (detached): ``pg_loss``, ``approx_kl`` (mean of ``old - new``
+    log-probabilities), ``ratio_mean`` (token shares, see :func:`policy_loss`),
+    ``ratio_min``/``ratio_max`` over the mask (1 when it is empty), and
+    ``is_weight_mean`` with ``is_weights``.
+
+    Returns:
+        ``(loss, metrics)``: the 0-d loss and ``metrics``.
+    """
+    keep = mask.bool()
     if is_weights is not None:
         per_token = per_token * is_weights.detach()
-        metrics["is_weight_mean"] = share(is_weights.detach(), keep)
+        metrics["is_weight_mean"] = token_share(is_weights.detach(), keep, num_tokens)
     if sample_weights is not None:
         per_token = weight_rows(per_token, sample_weights)
     loss = aggregate_loss(
@@ -243,18 +311,15 @@ def policy_loss(
         big = torch.finfo(ratio.dtype).max
         metrics.update(
             pg_loss=loss.detach(),
-            clipfrac=share((clipped > unclipped).float(), keep),
-            clipfrac_low=share(((advantages < 0) & (ratio < 1.0 - clip_ratio_low)).float(), keep),
-            clipfrac_high=share(((advantages > 0) & (ratio > 1.0 + clip_ratio_high)).float(), keep),
-            approx_kl=share(-log_ratio, keep),
-            ratio_mean=share(ratio, keep),
+            approx_kl=token_share(-log_ratio, keep, num_tokens),
+            ratio_mean=token_share(ratio, keep, num_tokens),
             ratio_min=torch.where(keep, ratio, big).amin() if keep.any() else ratio.new_ones(()),
             ratio_max=torch.where(keep, ratio, -big).amax() if keep.any() else ratio.new_ones(()),
         )
     return loss, metrics
 
 
-def _token_share(values: Tensor, keep: Tensor, num_tokens: Tensor | float | None) -> Tensor:
+def token_share(values: Tensor, keep: Tensor, num_tokens: Tensor | float | None) -> Tensor:
     """Masked token mean, or the share of one over ``num_tokens`` tokens when given."""
     count = keep.sum() if num_tokens is None else num_tokens
     return torch.where(keep, values, torch.zeros_like(values)).sum() / torch.as_tensor(count).clamp(
