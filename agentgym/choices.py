@@ -50,7 +50,7 @@ REWARD_NORMS = ("batch", "group", "running")
 LR_SCHEDULER_TYPES = ("constant", "constant_with_warmup", "linear", "cosine")
 """``lr_scheduler_type``: transformers' schedules (with ROLL's warmup rule)."""
 
-STRATEGY_NAMES = ("torch", "megatron_train")
+STRATEGY_NAMES = ("torch", "megatron_train", "fsdp2_train")
 """``actor_train.strategy_args.strategy_name``: the training strategies built."""
 
 CRITIC_STRATEGY_NAMES = ("torch",)
@@ -58,13 +58,11 @@ CRITIC_STRATEGY_NAMES = ("torch",)
 
 UNSUPPORTED_STRATEGIES = {
     "deepspeed_train": (
-        "deepspeed_train (DeepSpeed ZeRO) is not supported; use strategy_name: torch with "
-        "distributed=ray and several devices in actor_train.device_mapping (data parallel: "
-        "every rank holds the model, gradients are summed over the ranks)"
-    ),
-    "fsdp2_train": (
-        "FSDP2 sharding is not built yet; use strategy_name: torch with distributed=ray and "
-        "several devices in actor_train.device_mapping (data parallel, unsharded)"
+        "deepspeed_train (DeepSpeed ZeRO) is not supported; use strategy_name: fsdp2_train "
+        "with the strategy_config of your ZeRO stage: stage 3 -> full sharding (fsdp_size: 1, "
+        "or the number of ranks; reshard_after_forward: true); stage 2 -> "
+        "reshard_after_forward: false; offload_optimizer / offload_param -> "
+        "offload_policy: true (docs/fsdp2.md)"
     ),
     "hf_infer": "hf_infer is an inference strategy (actor_infer); train with strategy_name: torch",
 }

@@ -54,7 +54,17 @@ def _megatron(model_path: Path, strategy_config: Mapping[str, Any], **settings: 
     return build_megatron(model_path, strategy_config, **settings)
 
 
-STRATEGIES: dict[str, Callable[..., Strategy]] = {"torch": _torch, "megatron_train": _megatron}
+def _fsdp2(model_path: Path, strategy_config: Mapping[str, Any], **settings: Any) -> Strategy:
+    from agentgym.trainers.strategies.fsdp2 import build_fsdp2
+
+    return build_fsdp2(model_path, strategy_config, **settings)
+
+
+STRATEGIES: dict[str, Callable[..., Strategy]] = {
+    "torch": _torch,
+    "megatron_train": _megatron,
+    "fsdp2_train": _fsdp2,
+}
 """``strategy_name`` -> builder ``(model_path, strategy_config, **role settings)``."""
 
 
