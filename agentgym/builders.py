@@ -25,9 +25,9 @@ from agentgym.rollout.backends import resolve_backend as _resolve_backend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.engines import spawn_engines
 from agentgym.rollout.env_manager import EnvConfig, EnvManager
+from agentgym.rollout.limits import RequestCap
 from agentgym.rollout.loop import RolloutConfig
 from agentgym.rollout.router import Router
-from agentgym.rollout.scheduling import RequestCap
 from agentgym.schema import TrainConfig
 from agentgym.trainers.grpo import TrainParts, kl_controller
 from agentgym.trainers.ranks import start_rank_group

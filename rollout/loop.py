@@ -24,9 +24,9 @@ from agentgym.choices import SAMPLE_MODES
 from agentgym.rollout.backends.base import GenerationBackend, SamplingParams
 from agentgym.rollout.chat import PREFIX_CHECK_MODES, ChatTokenizer, Message, report_drift
 from agentgym.rollout.env_manager import Assignment, EnvManager
+from agentgym.rollout.limits import BatchCloser
 from agentgym.rollout.lockstep import GENERATE_OPT_LEVELS, Lockstep
 from agentgym.rollout.metrics import rollout_metrics
-from agentgym.rollout.scheduling import BatchCloser
 from agentgym.rollout.workers import EnvClient, EnvLostError
 from agentgym.trajectory import Trajectory, Turn
 
@@ -201,7 +201,7 @@ async def _until(complete: asyncio.Event, tasks: Sequence[asyncio.Future[Any]]) 
 
 class EpisodeRunner:
     """Plays one episode at a time on an env (:func:`collect` and
-    :class:`~agentgym.rollout.scheduler.AsyncRollout` share it)."""
+    :class:`~agentgym.rollout.async_rollout.AsyncRollout` share it)."""
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ closes. The recipe does not know which source it has:
 * :class:`SyncSource` plays each step's batch when the step asks for it
   (``async_generation_ratio: 0``);
 * :class:`AheadSource` plays batches ahead of training within the staleness
-  bound (``async_generation_ratio: k > 0``, :mod:`agentgym.rollout.scheduler`).
+  bound (``async_generation_ratio: k > 0``, :mod:`agentgym.rollout.async_rollout`).
 
 A new source (an experience buffer fed by separate explorer processes, say)
 implements the five methods of :class:`RolloutSource`; see CONTRIBUTING.md.
@@ -24,17 +24,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from agentgym.progress import progress
-from agentgym.rollout.backends.base import GenerationBackend
-from agentgym.rollout.chat import ChatTokenizer
-from agentgym.rollout.env_manager import EnvManager
-from agentgym.rollout.loop import RolloutConfig, collect
-from agentgym.rollout.router import sync_breakdown
-from agentgym.rollout.scheduler import (
+from agentgym.rollout.async_rollout import (
     AsyncRollout,
     PausableBackend,
     bounded_update,
     staleness_metrics,
 )
+from agentgym.rollout.backends.base import GenerationBackend
+from agentgym.rollout.chat import ChatTokenizer
+from agentgym.rollout.env_manager import EnvManager
+from agentgym.rollout.loop import RolloutConfig, collect
+from agentgym.rollout.router import sync_breakdown
 from agentgym.trajectory import Trajectory
 
 _T = TypeVar("_T")
@@ -183,11 +183,11 @@ class SyncSource:
 
 class AheadSource:
     """Batches played ahead of training within the staleness bound
-    (``async_generation_ratio``; :class:`~agentgym.rollout.scheduler.AsyncRollout`).
+    (``async_generation_ratio``; :class:`~agentgym.rollout.async_rollout.AsyncRollout`).
 
     Args:
         envs: What the episodes are played with (the backend is wrapped in a
-            :class:`~agentgym.rollout.scheduler.PausableBackend`).
+            :class:`~agentgym.rollout.async_rollout.PausableBackend`).
         ratio: ``async_generation_ratio`` (k > 0).
     """
 

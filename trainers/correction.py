@@ -363,42 +363,6 @@ def mismatch_metrics(proximal: Tensor, behaviour: Tensor, mask: Tensor) -> dict[
     return metrics
 
 
-def staleness_metrics(lags: Tensor | Sequence[int], *, bins: int = 4) -> dict[str, float]:
-    """How many policy versions behind the trained weights each sample was generated.
-
-    Args:
-        lags: ``[N]`` per-sample version lags (the version being updated minus the
-            version that generated the sample; >= 0).
-        bins: Histogram bins: lags ``0 .. bins - 2`` each, and ``>= bins - 1``.
-
-    Returns:
-        ``staleness_mean``, ``staleness_max`` and the share of samples in each
-        bin, ``staleness_share_{k}`` and ``staleness_share_ge_{bins - 1}``
-        (shares add up to 1; all 0 for no samples).
-
-    Raises:
-        ValueError: On a negative lag or ``bins < 2``.
-    """
-    if bins < 2:
-        raise ValueError(f"bins must be >= 2 (one for lag 0, one for the rest), got {bins}")
-    values = torch.as_tensor(lags, dtype=torch.long).flatten()  # [N]
-    if values.numel() and int(values.min()) < 0:
-        raise ValueError(
-            f"a version lag is negative ({int(values.min())}): a sample cannot come from a "
-            "policy newer than the one being trained; pass trained version - sample version"
-        )
-    total = max(values.numel(), 1)
-    counts = torch.bincount(values.clamp(max=bins - 1), minlength=bins).tolist()
-    metrics = {
-        "staleness_mean": float(values.float().mean()) if values.numel() else 0.0,
-        "staleness_max": float(values.max()) if values.numel() else 0.0,
-    }
-    for lag, count in enumerate(counts):
-        name = f"staleness_share_{lag}" if lag < bins - 1 else f"staleness_share_ge_{lag}"
-        metrics[name] = count / total
-    return metrics
-
-
 def _seq_mean_token_mean(values: Tensor, keep: Tensor, rows: Tensor) -> float:
     per_row = torch.where(keep, values, 0.0).sum(-1) / keep.sum(-1).clamp(min=1)  # [B]
     return float(per_row[rows].mean()) if bool(rows.any()) else 0.0

@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentgym.cluster import Cluster
+from agentgym.rollout.async_rollout import bounded_update
 from agentgym.rollout.backends.base import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, collect
 from agentgym.rollout.render import dump_trajectories, pick_renders, render_trajectories
-from agentgym.rollout.scheduler import bounded_update
 from agentgym.rollout.source import RolloutSource, rollout_source
 from agentgym.trainers.batch_prep import check_failures, prepare_batch
 from agentgym.trainers.checkpoint import latest_checkpoint
@@ -104,7 +105,7 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
     try:
         if resume:
             step = restore(parts, resume)
-            sync_weights(config, parts, loop)  # the engines sample with the checkpoint's weights
+            send_resumed_weights(config, parts, loop)
         loop.call_soon(source.start, step)
         if step == 0 and schedule.eval_steps:
             validate(config, parts, loop, source, step=0)
@@ -161,29 +162,32 @@ def push_weights(
     """The strategy's weights to the engines through the source (which pauses its
     generation around the transfer), bounded by ``rpc_timeout``; its ``time/weight_sync*``
     metrics."""
-
-    async def update() -> None:
-        await parts.backend.update_weights(parts.strategy.export_weights())
-
-    return loop.run_until_complete(
-        source.update_weights(update, timeout=config.schedule.rpc_timeout)
-    )
+    update = source.update_weights(engine_update(parts), timeout=config.schedule.rpc_timeout)
+    return loop.run_until_complete(update)
 
 
-def sync_weights(config: GRPOConfig, parts: TrainParts, loop: asyncio.AbstractEventLoop) -> float:
-    """Send the strategy's weights to the generation backend (nothing generating),
+def send_resumed_weights(
+    config: GRPOConfig, parts: TrainParts, loop: asyncio.AbstractEventLoop
+) -> float:
+    """The restored checkpoint's weights to the engines before any episode starts,
     bounded by ``rpc_timeout``; the seconds it took.
 
     Raises:
-        WeightSyncTimeoutError: Naming the backend, when the sync takes longer than
-            ``rpc_timeout``.
+        WeightSyncTimeoutError: Naming the backend, when it takes longer than ``rpc_timeout``.
     """
+    update = bounded_update(
+        engine_update(parts), parts.backend, timeout=config.schedule.rpc_timeout
+    )
+    return loop.run_until_complete(update)
+
+
+def engine_update(parts: TrainParts) -> Callable[[], Awaitable[None]]:
+    """The transfer of the strategy's exported weights to the generation backend."""
 
     async def update() -> None:
         await parts.backend.update_weights(parts.strategy.export_weights())
 
-    sync = bounded_update(update, parts.backend, timeout=config.schedule.rpc_timeout)
-    return loop.run_until_complete(sync)
+    return update
 
 
 def validate(

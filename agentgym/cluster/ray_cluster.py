@@ -284,12 +284,6 @@ class RayCluster:
         receives the value (one copy per node, not one per call)."""
         return _import_ray().put(value)
 
-    def kill_process(self, handle: RayHandle) -> int:
-        """SIGKILL the actor's process (fault injection for tests); returns its pid."""
-        pid = int(handle.call_sync("__ray_call__", lambda self: os.getpid(), timeout=60))
-        os.kill(pid, signal.SIGKILL)
-        return pid
-
     def shutdown(self) -> None:
         """Kill every actor started here, free the placement groups, and stop Ray if
         this driver started it."""

@@ -57,7 +57,7 @@ class Generation:
             top-k/top-p applied (vLLM's ``processed_logprobs``).
         finish_reason: ``"stop"`` or ``"length"``.
         policy_version: The weights version that generated it, when the client
-            knows (:class:`~agentgym.rollout.scheduler.PausableBackend` sets it);
+            knows (:class:`~agentgym.rollout.async_rollout.PausableBackend` sets it);
             None: the rollout's own version.
     """
 

@@ -17,6 +17,7 @@ from agentgym.cluster import (
     WorkerDiedError,
     start_cluster,
 )
+from tests.faults import kill_actor_process
 
 
 class Probe:
@@ -71,7 +72,7 @@ def test_errors_keep_their_type_and_timeouts_name_the_worker(ray_cluster: Cluste
 @pytest.mark.ray
 def test_a_killed_actor_gives_a_named_error(ray_cluster: Cluster) -> None:
     handle = ray_cluster.spawn(Probe, 1, name="actor_train[1]", node=0)
-    ray_cluster.kill_process(handle)  # type: ignore[attr-defined]
+    kill_actor_process(handle)
     with pytest.raises(WorkerDiedError, match=r"actor_train\[1\]\.read: the worker died"):
         handle.call_sync("read", "X")
 

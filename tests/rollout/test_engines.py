@@ -19,6 +19,7 @@ from agentgym.rollout.backends.base import GenerationError, SamplingParams
 from agentgym.rollout.backends.buckets import chunk_weights
 from agentgym.rollout.engines import EngineClient, spawn_engines
 from agentgym.rollout.router import Router
+from tests.faults import kill_actor_process
 from tests.rollout.test_backends import TEMPERATURE, TOLERANCE, perturbed, require_vllm
 
 PROMPTS = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16], [17, 18]]
@@ -95,7 +96,7 @@ def test_a_dead_engine_actor_is_named(ray_cluster: Any, tiny_model_dir: Path, mo
     clients = spawn_engines(ray_cluster, 2, "hf", str(tiny_model_dir), role="actor_infer")
     router = Router(clients)
     assert clients[1].handle.call_sync("pid") > 0  # started
-    ray_cluster.kill_process(clients[1].handle)
+    kill_actor_process(clients[1].handle)
 
     async def scenario() -> None:
         first, second = await asyncio.gather(
@@ -129,7 +130,7 @@ def test_a_killed_vllm_engine_actor_takes_its_engine_process_with_it(
     children = client.handle.call_sync("__ray_call__", engine_children)
     assert len(children) == 1  # vLLM's engine core
     assert asyncio.run(client.generate(PROMPTS[0], PARAMS)).token_ids
-    ray_cluster.kill_process(client.handle)
+    kill_actor_process(client.handle)
     for _ in range(300):  # vLLM's core exits when its parent is gone; allow a loaded machine
         if not Path(f"/proc/{children[0]}").exists():
             break

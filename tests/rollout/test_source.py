@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from agentgym.rollout.async_rollout import WeightSyncTimeoutError
 from agentgym.rollout.chat import ChatTokenizer
-from agentgym.rollout.scheduler import WeightSyncTimeoutError
 from agentgym.rollout.source import AheadSource, SyncSource, rollout_source
-from tests.rollout.test_async_scheduler import CONFIG, SlowScripted, manager
+from tests.rollout.test_async_rollout import CONFIG, SlowScripted, manager
 
 
 def play(source: Any, steps: int) -> tuple[list[Any], list[dict[str, float]], dict[str, Any]]:

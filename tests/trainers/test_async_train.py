@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from agentgym.builders import build_train
+from agentgym.rollout.async_rollout import WeightSyncTimeoutError
 from agentgym.rollout.backends.base import Generation, SamplingParams
 from agentgym.rollout.backends.scripted import ScriptedBackend
-from agentgym.rollout.scheduler import WeightSyncTimeoutError
 from agentgym.rollout.source import AheadSource, EnvRollout, RolloutSource
 from agentgym.schema import validate
 from agentgym.trainers import grpo

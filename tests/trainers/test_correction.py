@@ -20,7 +20,6 @@ from agentgym.trainers.correction import (
     filter_mask,
     importance_weights,
     level_log_ratio,
-    staleness_metrics,
 )
 from agentgym.trainers.losses import policy_loss, truncated_is_weights
 
@@ -170,21 +169,6 @@ def test_token_weights_are_the_older_tis_cap() -> None:
     mask = torch.ones(3, 5)
     ours, _ = importance_weights(trainer - engine, mask, "token", 2.0)
     assert torch.equal(ours, truncated_is_weights(trainer, engine, mask, 2.0))
-
-
-def test_staleness_summary_by_hand() -> None:
-    metrics = staleness_metrics([0, 1, 1, 5], bins=4)
-    assert metrics == {
-        "staleness_mean": 1.75,
-        "staleness_max": 5.0,
-        "staleness_share_0": 0.25,
-        "staleness_share_1": 0.5,
-        "staleness_share_2": 0.0,
-        "staleness_share_ge_3": 0.25,
-    }
-    assert staleness_metrics([])["staleness_max"] == 0.0
-    with pytest.raises(ValueError, match="negative"):
-        staleness_metrics([0, -1])
 
 
 def test_schema_keys_are_rolls_and_default_off() -> None:

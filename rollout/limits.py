@@ -1,4 +1,4 @@
-"""Scheduling a rollout: extra groups that close a step early, a cap on requests.
+"""What limits a step's rollout: extra groups that close the step early, a cap on requests.
 
 ROLL's ``is_use_additional_prompts`` starts ``max_additional_running_prompts``
 groups beyond the batch; the step's batch is the first ``env_groups`` groups

@@ -13,9 +13,9 @@ from agentgym.rollout.backends.base import Generation, SamplingParams
 from agentgym.rollout.backends.scripted import ScriptedBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
+from agentgym.rollout.limits import BatchCloser, RequestCap
 from agentgym.rollout.loop import RolloutConfig, collect
 from agentgym.rollout.router import Router
-from agentgym.rollout.scheduling import BatchCloser, RequestCap
 from agentgym.schema import validate
 from agentgym.trajectory import Trajectory
 from tests.rollout.test_loop import run

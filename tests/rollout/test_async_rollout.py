@@ -10,12 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentgym.rollout.backends.base import Generation, SamplingParams
-from agentgym.rollout.backends.scripted import ScriptedBackend
-from agentgym.rollout.chat import ChatTokenizer
-from agentgym.rollout.env_manager import EnvManager
-from agentgym.rollout.loop import RolloutConfig, collect
-from agentgym.rollout.scheduler import (
+from agentgym.rollout.async_rollout import (
     AdmissionControl,
     AdmissionError,
     AsyncRollout,
@@ -24,6 +19,11 @@ from agentgym.rollout.scheduler import (
     paused_update,
     staleness_bound,
 )
+from agentgym.rollout.backends.base import Generation, SamplingParams
+from agentgym.rollout.backends.scripted import ScriptedBackend
+from agentgym.rollout.chat import ChatTokenizer
+from agentgym.rollout.env_manager import EnvManager
+from agentgym.rollout.loop import RolloutConfig, collect
 from agentgym.trajectory import Trajectory
 
 CONFIG = RolloutConfig(
