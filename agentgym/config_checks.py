@@ -139,8 +139,19 @@ def check_scheduling(config: TrainConfig) -> None:
         )
     if config.generate_opt_level == 0 and config.async_generation_ratio > 0:
         raise ConfigError(  # ROLL asserts the same
-            f"generate_opt_level=0 (lockstep batches) cannot run ahead of the trainer: "
-            f"async_generation_ratio={config.async_generation_ratio} needs generate_opt_level=1"
+            f"generate_opt_level=0 (lockstep batches) cannot run ahead of the trainer: a "
+            f"lockstep turn waits for a request from every env, and ahead of training an env "
+            f"waits for the staleness bound to admit its next episode, so the turn would never "
+            f"be complete; async_generation_ratio={config.async_generation_ratio} needs "
+            f"generate_opt_level=1"
+        )
+    if config.is_use_additional_prompts and config.async_generation_ratio > 0:
+        raise ConfigError(
+            "is_use_additional_prompts=true cannot run ahead of the trainer: extra groups "
+            "close a step's batch with the groups that finish first, while "
+            f"async_generation_ratio={config.async_generation_ratio} hands out batches in the "
+            "order their episodes were admitted, which is what bounds every sample's "
+            "staleness; use one of the two"
         )
 
 

@@ -23,9 +23,10 @@ first; a long episode started early can then be trained many versions later).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from agentgym.rollout.backends.base import Generation, GenerationBackend, SamplingParams
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import Assignment, EnvManager
-from agentgym.rollout.loop import EpisodeRunner, RolloutConfig, RolloutResult
+from agentgym.rollout.loop import EpisodeRunner, RolloutConfig, RolloutResult, play_env
 from agentgym.rollout.metrics import rollout_metrics
 from agentgym.trajectory import Trajectory
 
@@ -352,25 +353,38 @@ class AsyncRollout:
         return sum(len(episodes) for episodes in self._plan(self.first_batch)[:position])
 
     async def _play(self, position: int, env: Any) -> None:
+        await play_env(
+            env, self._episodes(position), self.runner, self._finished, admit=self._admit
+        )
+
+    def _episodes(self, position: int) -> Iterator[tuple[tuple[int, int], Assignment]]:
+        """The env's episodes of every batch from the first, keyed ``(batch, index)``."""
         offset = self._offsets(position)
         batch = self.first_batch
         while True:
             for r, assignment in enumerate(self._plan(batch)[position]):
-                index = batch * self.batch_size + offset + r
-                waited = time.perf_counter()
-                while not self.admission.admits(index, self.client.version):
-                    await self._changed.wait()
-                self.admission_wait += time.perf_counter() - waited
-                self.admission.start(index, self.client.version)  # raises beyond the bound
-                try:
-                    trajectory = await self.runner.run(assignment, env)
-                finally:
-                    self.admission.finish()
-                entry = self._batches.setdefault(batch, _Batch())
-                entry.trajectories.append(trajectory)
-                if len(entry.trajectories) == self.batch_size:
-                    entry.done.set()
+                yield (batch, batch * self.batch_size + offset + r), assignment
             batch += 1
+
+    @contextlib.asynccontextmanager
+    async def _admit(self, key: tuple[int, int]) -> AsyncIterator[None]:
+        """Wait until the staleness bound admits the episode; count it while it plays."""
+        _, index = key
+        waited = time.perf_counter()
+        while not self.admission.admits(index, self.client.version):
+            await self._changed.wait()
+        self.admission_wait += time.perf_counter() - waited
+        self.admission.start(index, self.client.version)  # raises beyond the bound
+        try:
+            yield
+        finally:
+            self.admission.finish()
+
+    def _finished(self, key: tuple[int, int], trajectory: Trajectory) -> None:
+        entry = self._batches.setdefault(key[0], _Batch())
+        entry.trajectories.append(trajectory)
+        if len(entry.trajectories) == self.batch_size:
+            entry.done.set()
 
     async def next_batch(self, batch: int) -> RolloutResult:
         """Wait for batch ``batch`` (every episode finished) and hand it over.

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import re
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -31,6 +32,7 @@ from agentgym.rollout.workers import EnvClient, EnvLostError
 from agentgym.trajectory import Trajectory, Turn
 
 _T = TypeVar("_T")
+_K = TypeVar("_K")
 _THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL | re.IGNORECASE)
 
 
@@ -139,13 +141,15 @@ async def collect(
 
     async def run_env(episodes: Sequence[Assignment], env: EnvClient) -> list[Trajectory]:
         finished = []
-        for assignment in episodes:
-            trajectory = await runner.run(assignment, env)
+
+        def done(_: int, trajectory: Trajectory) -> None:
             if on_trajectory is not None:
                 on_trajectory(trajectory)
             finished.append(trajectory)
             if closer is not None and closer.add(trajectory):
                 complete.set()
+
+        await play_env(env, enumerate(episodes), runner, done)
         if lockstep is not None:  # the next turns need not wait for this env
             lockstep.leave()
         return finished
@@ -183,6 +187,31 @@ async def collect(
         metrics["scheduling/cancelled_episodes"] = float(episodes - closer.finished)
         metrics["scheduling/dropped_episodes"] = float(closer.finished - len(trajectories))
     return RolloutResult(trajectories, metrics)
+
+
+async def play_env(
+    env: EnvClient,
+    episodes: Iterable[tuple[_K, Assignment]],
+    runner: EpisodeRunner,
+    finished: Callable[[_K, Trajectory], None],
+    *,
+    admit: Callable[[_K], AbstractAsyncContextManager[None]] | None = None,
+) -> None:
+    """The one per-env episode loop of every rollout: play ``episodes`` on ``env`` one
+    after another and hand each trajectory to ``finished`` with its key.
+
+    :func:`collect` passes one batch's episodes; the async rollout
+    (:class:`~agentgym.rollout.async_rollout.AsyncRollout`) passes every batch's, keyed
+    by batch and index, with ``admit``: the staleness bound's gate, held while the
+    episode plays.
+    """
+    for key, assignment in episodes:
+        if admit is None:
+            trajectory = await runner.run(assignment, env)
+        else:
+            async with admit(key):
+                trajectory = await runner.run(assignment, env)
+        finished(key, trajectory)
 
 
 async def _until(complete: asyncio.Event, tasks: Sequence[asyncio.Future[Any]]) -> None:

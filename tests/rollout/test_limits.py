@@ -198,3 +198,8 @@ def test_scheduling_keys_are_checked() -> None:
         )
     )
     assert (config.max_additional_running_prompts, config.max_running_requests) == (16, 8)
+
+
+def test_extra_groups_with_async_generation_fail_before_any_model_work() -> None:
+    with pytest.raises(ConfigError, match="order their episodes were admitted"):
+        validate(composed("is_use_additional_prompts=true", "async_generation_ratio=1"))
