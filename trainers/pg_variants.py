@@ -165,19 +165,19 @@ def ppo(
     *,
     clip_ratio_low: float,
     clip_ratio_high: float,
-    dual_clip: float | None,
+    dual_clip_ratio_c: float | None,
     **args: Unpack[VariantArgs],
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO-clip: :func:`~agentgym.trainers.losses.policy_loss`, which ROLL's ``ppo`` is.
 
     ROLL's ``pg_clip`` (or ``pg_clip_low``/``pg_clip_high`` with
     ``use_pg_clip_range``) are ``clip_ratio_low``/``clip_ratio_high``; its
-    ``dual_clip_loss`` is ``dual_clip = 1 + 2 * pg_clip``. ``scores`` is unused;
-    the metrics are ``policy_loss``'s.
+    ``dual_clip_loss`` is ``dual_clip_ratio_c = 1 + 2 * pg_clip`` (``policy_loss``'s
+    ``dual_clip``; None: off). ``scores`` is unused; the metrics are ``policy_loss``'s.
     """
     return policy_loss(
         logprobs, old_logprobs, advantages, mask, clip_ratio_low=clip_ratio_low,
-        clip_ratio_high=clip_ratio_high, dual_clip=dual_clip, **_aggregation(args),
+        clip_ratio_high=clip_ratio_high, dual_clip=dual_clip_ratio_c, **_aggregation(args),
     )  # fmt: skip
 
 
@@ -391,12 +391,12 @@ PG_VARIANTS: dict[str, PgVariant] = {
 
 PG_VARIANT_KNOBS: dict[str, tuple[str, ...]] = {
     "vanilla": (),
-    "ppo": ("clip_ratio_low", "clip_ratio_high", "dual_clip"),
+    "ppo": ("clip_ratio_low", "clip_ratio_high", "dual_clip_ratio_c"),
     "tis": ("tis_lower_bound", "tis_upper_bound"),
     "topr": ("topr_positive_weight", "topr_negative_weight"),
     "cispo": ("cispo_epsilon_low", "cispo_epsilon_high", "cispo_use_unified_mask"),
     "kimi15": ("kimi15_tau",),
 }
 """The keyword arguments each variant requires besides the common ones, named as
-the config keys that set them (``dual_clip`` is ``dual_clip_ratio_c``, or ROLL's
-``1 + 2 * pg_clip`` with ``dual_clip_loss``)."""
+the config keys that set them (``dual_clip_ratio_c``: the recipe's value, which is
+ROLL's ``1 + 2 * pg_clip`` with ``dual_clip_loss``)."""

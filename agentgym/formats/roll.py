@@ -9,7 +9,12 @@ here before the schema checks it: each tag of the env managers gets its
 the env manager class gives the rollout mode, the per-env token budget the
 generation budget, and the keys ROLL's agentic pipeline declares but does not
 use here (a reward model, the checkpoint store, data templates) are dropped
-with a note. What has no meaning here is an error that names the key.
+with a note, as are ROLL's helper variables (a top-level key that only feeds
+``${...}`` interpolations, such as ``default_history_length``). The roles'
+sections and the loss keys (``worker_cls`` with ``pg_variant``, GiGPO's
+weights, per-role ``system_envs``, features not built yet) are translated by
+:mod:`agentgym.formats.roll_training`. What has no meaning here is an error
+that names the key.
 
 The translation is pure: the same file gives the same config on every
 machine. Fitting it to a machine without GPUs (one CPU process, one Megatron
@@ -62,11 +67,15 @@ its own keys work on the command line too (``max_actions_per_traj=3``,
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from agentgym.errors import ConfigError, did_you_mean
+from agentgym.formats.roll_training import gigpo, training_keys
 
 MARKERS = ("custom_envs", "custom_env", "env_manager_cls")
 """Top-level keys only ROLL's agentic configs have."""
@@ -114,6 +123,8 @@ DROPPED = {
     "reward_pretrain": "the envs give the rewards (ROLL's agentic pipeline loads no reward model)",
 }
 
+_INTERPOLATION = re.compile(r"\$\{\s*([A-Za-z_][\w.\[\]]*)\s*(:?)")
+
 
 @dataclass(frozen=True)
 class Translation:
@@ -133,20 +144,68 @@ def is_roll_config(raw: Mapping[str, Any]) -> bool:
     return any(key in raw for key in MARKERS)
 
 
-def from_roll(raw: Mapping[str, Any]) -> Translation:
+def interpolated_keys(unresolved: Any) -> set[str]:
+    """The top-level keys that ``${...}`` interpolations of a config read.
+
+    Args:
+        unresolved: The composed config before resolution (a ``DictConfig``, or plain
+            data holding the interpolation strings).
+
+    Returns:
+        The first part of every interpolated key path (``${custom_env.X}`` gives
+        ``custom_env``); resolver calls (``${oc.env:HOME}``) and relative paths are
+        left out.
+    """
+    data = (
+        OmegaConf.to_container(unresolved, resolve=False)
+        if OmegaConf.is_config(unresolved)
+        else unresolved
+    )
+    found: set[str] = set()
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            for path, colon in _INTERPOLATION.findall(value):
+                if not colon:
+                    found.add(re.split(r"[.\[]", path, maxsplit=1)[0])
+    return found
+
+
+def from_roll(raw: Mapping[str, Any], *, helpers: Collection[str] = ()) -> Translation:
     """Translate a composed, resolved ROLL agentic config.
+
+    Args:
+        raw: The composed, resolved config.
+        helpers: The top-level keys that interpolations read (:func:`interpolated_keys`
+            of the unresolved config): those the schema does not know, ROLL's helper
+            variables (``default_history_length``), are dropped with a note.
 
     Raises:
         ConfigError: On a tag that ``custom_envs`` does not define, an ``env_type``,
             env manager class, ``action_pattern`` or env key with no counterpart here,
-            or train tags that ask for different rollout modes.
+            train tags that ask for different rollout modes, an ``actor_train.worker_cls``
+            with no counterpart, ``pg_variant`` keys without the pg worker, or per-role
+            ``system_envs`` that set one variable two ways.
     """
     data = copy.deepcopy(dict(raw))
     notes: list[str] = []
+    if not isinstance(data.get("actor_train"), dict):
+        raise ConfigError(
+            "this ROLL file has no actor_train: it configures ROLL's rollout pipeline "
+            "(examples/start_agentic_rollout_pipeline.py), which plays and dumps episodes "
+            "and trains nothing. Here that is python -m agentgym.eval env=<env> "
+            "model.path=<model> rollout_dump_dir=<dir> (agentgym's keys)"
+        )
     custom = data.get("custom_envs") or {}
     modes: dict[str, str] = {}
     budgets: list[int] = []
     turn_limits: dict[str, int] = {}
+    histories: dict[str, int] = {}
     for section in ("train_env_manager", "val_env_manager"):
         manager = data.get(section)
         if not isinstance(manager, dict):
@@ -168,15 +227,21 @@ def from_roll(raw: Mapping[str, Any]) -> Translation:
             limit = custom[tag].get("max_steps")
             if isinstance(limit, int) and limit > 0:
                 turn_limits[tag] = limit
+            history = custom[tag].get("history_length")
+            if isinstance(history, int) and history >= 0:
+                histories[tag] = history
         if env_configs:
             manager["env_configs"] = env_configs
         _manager_generating_args(data, section, manager, notes)
     for key in TEMPLATE_KEYS:
         data.pop(key, None)
+    _helpers(data, helpers, notes)
+    gigpo(data, notes)  # before _mode reads adv_estimator
     _mode(data, modes, notes)
     _budget(data, budgets, notes)
     _turns(data, turn_limits, notes)
-    _roles(data, notes)
+    _history(data, histories, notes)
+    training_keys(data, notes)
     grouping = (data.get("reward_normalization") or {}).get("grouping")
     if grouping in GROUPINGS:
         data["reward_normalization"]["grouping"] = GROUPINGS[grouping]
@@ -291,56 +356,29 @@ def _turns(data: dict[str, Any], limits: dict[str, int], notes: list[str]) -> No
     notes.append(note)
 
 
-def _roles(data: dict[str, Any], notes: list[str]) -> None:
-    for name in ("actor_train", "actor_infer", "critic", "reference"):
-        role = data.get(name)
-        if not isinstance(role, dict):
-            continue
-        model_args = role.get("model_args") or {}
-        if model_args.get("model_type", None) is not None:
-            raise ConfigError(
-                f"{name}.model_args.model_type={model_args['model_type']!r}: the model type "
-                "comes from the model folder's config.json"
-            )
-        model_args.pop("model_type", None)
-        if model_args.get("attn_implementation") == "fa2":
-            model_args["attn_implementation"] = "flash_attention_2"
-            notes.append(f"{name}.model_args.attn_implementation=fa2 → flash_attention_2")
-        template = (role.get("data_args") or {}).pop("template", None)
-        if template is not None:
+def _helpers(data: dict[str, Any], helpers: Collection[str], notes: list[str]) -> None:
+    """ROLL's env files define top-level variables only for their own interpolations
+    (``default_history_length`` in ``config/step_envs.yaml``); resolved, they are
+    read already. A key the schema knows stays, whoever reads it."""
+    from agentgym.schema import TrainConfig
+
+    for key in sorted(helpers):
+        if key in data and key not in TrainConfig.model_fields:
+            value = data.pop(key)
             notes.append(
-                f"{name}.data_args.template={template} dropped: the tokenizer's chat "
-                "template renders the conversation"
+                f"{key}={value!r} dropped: a helper variable, read through ${{{key}}} "
+                "interpolations (resolved above)"
             )
-        if role.get("infer_batch_size") is not None:
-            notes.append(
-                f"{name}.infer_batch_size dropped: inference micro-batches are "
-                "per_device_train_batch_size"
-            )
-            role.pop("infer_batch_size")
-        strategy = role.get("strategy_args")
-        if isinstance(strategy, dict) and strategy.get("strategy_config", {}) is None:
-            strategy["strategy_config"] = {}
-        if isinstance(strategy, dict):
-            _strategy_grad_norm(data, name, strategy.get("strategy_config") or {}, notes)
 
 
-def _strategy_grad_norm(
-    data: dict[str, Any], name: str, strategy_config: dict[str, Any], notes: list[str]
-) -> None:
-    """ROLL's Megatron files repeat ``max_grad_norm: ${max_grad_norm}`` in the
-    ``strategy_config``; here the top-level key is the one clip for every strategy."""
-    if "max_grad_norm" not in strategy_config:
+def _history(data: dict[str, Any], histories: dict[str, int], notes: list[str]) -> None:
+    """A ``custom_envs`` entry's ``history_length`` (the past turns ROLL's step env
+    manager shows in each prompt) is our ``history_length``: one for the run, the
+    largest when tags differ."""
+    if not histories or "history_length" in data:
         return
-    value = strategy_config.pop("max_grad_norm")
-    top = data.get("max_grad_norm")
-    if top is not None and value != top:
-        raise ConfigError(
-            f"{name}.strategy_args.strategy_config.max_grad_norm={value} differs from "
-            f"max_grad_norm={top}; the top-level max_grad_norm is the one gradient clip here: "
-            "set it and drop the strategy_config key"
-        )
-    data["max_grad_norm"] = value
-    notes.append(
-        f"{name}.strategy_args.strategy_config.max_grad_norm={value} → max_grad_norm (one clip)"
-    )
+    data["history_length"] = max(histories.values())
+    note = f"custom_envs.*.history_length → history_length={data['history_length']}"
+    if len(set(histories.values())) > 1:
+        note += f" (the tags' values differ, {histories}: one run has one, the largest)"
+    notes.append(note)

@@ -27,7 +27,7 @@ MASK = torch.ones(1, 3)
 
 KNOBS: dict[str, dict[str, Any]] = {
     "vanilla": {},
-    "ppo": {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "dual_clip": None},
+    "ppo": {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "dual_clip_ratio_c": None},
     "tis": {"tis_lower_bound": 0.0, "tis_upper_bound": 1.0},
     "topr": {"topr_positive_weight": 1.0, "topr_negative_weight": 1.0},
     "cispo": {"cispo_epsilon_low": 0.1, "cispo_epsilon_high": 0.1, "cispo_use_unified_mask": False},
@@ -227,7 +227,13 @@ def test_ppo_is_policy_loss() -> None:
     logprobs = LOGPROBS.clone().requires_grad_(True)
     expected, metrics = policy_loss(logprobs, OLD, ADVANTAGES, MASK, dual_clip=1.4)
     loss, got = PG_VARIANTS["ppo"](
-        logprobs, OLD, ADVANTAGES, MASK, clip_ratio_low=0.2, clip_ratio_high=0.2, dual_clip=1.4
+        logprobs,
+        OLD,
+        ADVANTAGES,
+        MASK,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.2,
+        dual_clip_ratio_c=1.4,
     )
     assert_close(loss, expected)
     assert got.keys() == metrics.keys()

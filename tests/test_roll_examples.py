@@ -1,0 +1,276 @@
+"""Every agentic example file of ROLL runs by one rule: it trains 2 steps, or stops before
+any model work with a named error (the table below is today's state).
+
+tests/data/roll_examples/ holds ROLL's files as they are, each with its source path,
+commit and license line on top (ROLL's ``examples/qwen2.5-0.5B-agentic/``,
+``examples/qwen2.5-7B-agentic_megatron/`` and the ``config/*.yaml`` their
+``defaults:`` include, in ROLL's layout so that ``../config/...`` resolves). ROLL's
+``qwen2.5-0.5B-agentic/agentic_val_webshop.yaml`` is empty (0 bytes) at that commit:
+there is nothing to run, so it is not copied.
+
+The rule (:func:`shrink`) changes only the model path, the log folders and the batch
+sizes, and shrinks the shapes for a CPU: one env group of 2 per train tag, one of the
+file's group size per validation tag, mini-batches of 2, 2 steps, sequence_length at
+most the tiny model's 4096 positions, and ROLL's own ``max_tokens_per_step`` and
+``max_actions_per_traj`` at 16 tokens and 3 turns, and ``drop_zero_variance_groups``
+off (the random tiny model scores a group alike, which would leave no sample to
+update on). Generation runs on the transformers
+backend (``actor_infer.strategy_args.strategy_name=hf``): vLLM's start on a CPU would
+double each run (59 s against 26 s on the 2-core machine); what the files ask of vLLM
+(a strategy_config) is read by the schema either way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from agentgym.errors import ConfigError
+from agentgym.formats.roll import Translation, from_roll, interpolated_keys
+from agentgym.formats.roll_training import PG_VARIANT_KEYS
+from agentgym.train import check
+from tests.envs.trainrun import run_python
+
+EXAMPLES = Path(__file__).parent / "data" / "roll_examples"
+TINY_POSITIONS = 4096
+
+A = "qwen2.5-0.5B-agentic/"
+M = "qwen2.5-7B-agentic_megatron/"
+TRAINS = None
+EXPECTED: dict[str, str | None] = {
+    A + "agent_val_frozen_lake.yaml": TRAINS,
+    A + "agent_val_frozen_lake_amd.yaml": TRAINS,
+    A + "agent_val_frozen_lake_async.yaml": TRAINS,
+    A + "agent_val_frozen_lake_async_amd.yaml": TRAINS,
+    A + "agentic_val_sokoban.yaml": TRAINS,
+    M + "agentic_val_webshop.yaml": TRAINS,
+    M + "agentic_val_webshop_amd.yaml": TRAINS,
+    A + "agent_val_frozen_lake_gigpo.yaml": TRAINS,
+    A + "agentic_val_sokoban_gigpo.yaml": TRAINS,
+    M + "agentic_val_webshop_gigpo.yaml": TRAINS,
+    # until pg_variant joins the schema (the wiring of trainers/pg_variants.py)
+    A + "agent_val_frozen_lake-pg_var.yaml": "invalid config:\n  unknown key 'pg_variant'.",
+    A + "agent_val_frozen_lake-pg_var_is_correct.yaml": (
+        "invalid config:\n  unknown key 'pg_variant'."
+    ),
+    # until dynamic batching and LoRA are built
+    A + "agentic_val_sokoban_dynamic_batching.yaml": (
+        "actor_train.use_dynamic_batching_in_train=True: dynamic batching (micro-batches by "
+        "token budget) is not built yet; drop use_dynamic_batching_*, "
+        "max_tokens_per_microbatch_* and sequence_length_round_* to train on micro-batches "
+        "of per_device_train_batch_size samples"
+    ),
+    A + "agentic_val_sokoban_lora.yaml": (
+        "actor_train.model_args.lora_target='all-linear': LoRA is not built yet; drop "
+        "model_args.lora_target, lora_rank and lora_alpha to fine-tune every weight"
+    ),
+    # ROLL's own runners, envs and tools
+    A + "agentic_val_sokoban_agent_runner.yaml": (
+        "custom_envs.SimpleSokoban.env_manager_cls='roll.pipeline.agentic.env_manager."
+        "proxy_env_manager.ProxyEnvManager' has no rollout mode here; known: "
+        "['StepEnvManager', 'TrajEnvManager'] (trajectory and step samples)"
+    ),
+    A + "agentic_val_sokoban_native.yaml": (
+        "custom_envs.SokobanNativeEnv.env_type='sokoban_native_env' has no agentgym env; "
+        "known: ['frozen_lake', 'sokoban', 'webshop']."
+    ),
+    A + "agentic_val_sokoban_sandbox.yaml": (
+        "custom_envs.SokobanSandbox.env_type='sokoban_sandbox' has no agentgym env; known: "
+        "['frozen_lake', 'sokoban', 'webshop']. Did you mean 'sokoban'?"
+    ),
+    A + "agentic_rollout_sokoban.yaml": (
+        "this ROLL file has no actor_train: it configures ROLL's rollout pipeline "
+        "(examples/start_agentic_rollout_pipeline.py), which plays and dumps episodes and "
+        "trains nothing. Here that is python -m agentgym.eval env=<env> model.path=<model> "
+        "rollout_dump_dir=<dir> (agentgym's keys)"
+    ),
+    A + "agentic_sokoban_rollout_mock_dump.yaml": (
+        "rollout_mock (mode='dump'): dumping or replaying a training run's rollouts is not "
+        "built; drop rollout_mock (python -m agentgym.eval rollout_dump_dir=<dir> dumps "
+        "evaluation episodes)"
+    ),
+}
+"""Each file → None (trains 2 steps) or the exact error it stops with today."""
+
+
+def composed(name: str, overrides: list[str] | None = None) -> DictConfig:
+    path = EXAMPLES / name
+    with initialize_config_dir(str(path.parent), version_base=None):
+        return compose(path.stem, overrides=overrides or [])
+
+
+def shrink(cfg: DictConfig, out: Path, model: Path) -> list[str]:
+    """The one rule's overrides for a composed ROLL file (see the module docstring)."""
+    raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=False)  # type: ignore[assignment]
+    overrides = [
+        f"++pretrain={model}",
+        "++actor_infer.strategy_args.strategy_name=hf",
+        f"++output_dir={out}",
+        f"++logging_dir={out}/logs",
+        "++max_steps=2",
+        "++drop_zero_variance_groups=false",
+        "++max_tokens_per_step=16",
+        "++max_actions_per_traj=3",
+    ]
+    if "render_save_dir" in raw:
+        overrides.append(f"++render_save_dir={out}/render")
+    if "log_dir" in (raw.get("tracker_kwargs") or {}):
+        overrides.append(f"++tracker_kwargs.log_dir={out}/tracker")
+    if isinstance(raw.get("sequence_length"), int):
+        overrides.append(f"++sequence_length={min(raw['sequence_length'], TINY_POSITIONS)}")
+    train = raw.get("train_env_manager") or {}
+    tags = len(train.get("tags", []))
+    overrides += [
+        f"++train_env_manager.num_env_groups={tags}",
+        f"++train_env_manager.num_groups_partition={[1] * tags}",
+        "++train_env_manager.group_size=2",
+        f"++rollout_batch_size={2 * tags}",
+    ]
+    val = raw.get("val_env_manager")
+    if val:
+        tags, size = len(val.get("tags", [])), val.get("group_size", 1)
+        overrides += [
+            f"++val_env_manager.num_env_groups={tags}",
+            f"++val_env_manager.num_groups_partition={[1] * tags}",
+            f"++val_batch_size={tags * size}",
+        ]
+    if "actor_train" in raw:
+        overrides += [
+            "++actor_train.training_args.per_device_train_batch_size=2",
+            "++actor_train.training_args.gradient_accumulation_steps=1",
+        ]
+    return overrides
+
+
+def test_the_table_holds_every_copied_file() -> None:
+    copied = {str(p.relative_to(EXAMPLES)) for p in EXAMPLES.glob("qwen*/*.yaml")}
+    assert copied == set(EXPECTED)
+    for path in EXAMPLES.rglob("*.yaml"):
+        source, license_line = path.read_text().splitlines()[:2]
+        assert source.startswith("# alibaba/ROLL examples/") and " at " in source, path
+        assert license_line == "# Apache-2.0, Copyright Alibaba", path
+
+
+@pytest.mark.parametrize("name", [n for n, error in EXPECTED.items() if error is not TRAINS])
+def test_a_file_that_cannot_train_yet_stops_before_model_work_naming_why(
+    name: str, tmp_path: Path
+) -> None:
+    cfg = composed(name, shrink(composed(name), tmp_path, tmp_path / "model"))
+    with pytest.raises(ConfigError) as error:
+        check(cfg)  # the run's first step: nothing is built before it passes
+    assert str(error.value) == EXPECTED[name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n, error in EXPECTED.items() if error is TRAINS])
+def test_a_file_trains_two_steps(name: str, tmp_path: Path, tiny_model_dir: Path) -> None:
+    out = tmp_path / "run"
+    overrides = shrink(composed(name), out, tiny_model_dir)
+    path = EXAMPLES / name
+    result = run_python(
+        ["-m", "agentgym.train", "--config-path", str(path.parent), "--config-name", path.stem,
+         *overrides],
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    lines = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").open()]
+    assert {line["step"] for line in lines if "train/all/trajectories" in line} == {1, 2}
+    assert [line["step"] for line in lines if "actor/loss" in line] == [1, 2]  # both updated
+
+
+# The translation pieces these files need, on the files themselves ------------------------
+
+
+def translate(name: str, *overrides: str) -> Translation:
+    cfg = composed(name, ["pretrain=null", *overrides])
+    resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    return from_roll(resolved, helpers=interpolated_keys(cfg))
+
+
+def test_interpolated_keys_are_the_roots_of_key_paths_not_resolvers() -> None:
+    unresolved = {
+        "a": "${custom_env.SimpleSokoban}",
+        "b": ["x ${max_steps} y ${oc.env:HOME,.}", {"c": "${rows[0]}"}],
+        "d": "${.relative}",
+    }
+    assert interpolated_keys(unresolved) == {"custom_env", "max_steps", "rows"}
+
+
+def test_a_helper_variable_is_dropped_with_a_note_and_its_value_read() -> None:
+    translation = translate(A + "agentic_val_sokoban_gigpo.yaml")
+    assert "default_history_length" not in translation.config
+    assert (
+        "default_history_length=5 dropped: a helper variable, read through "
+        "${default_history_length} interpolations (resolved above)"
+    ) in translation.notes
+    assert translation.config["history_length"] == 5  # each entry's history_length
+    assert "custom_envs.*.history_length → history_length=5" in translation.notes
+    # a top-level key that no interpolation reads is not a helper: the schema names it
+    typo = translate(A + "agentic_val_sokoban_gigpo.yaml", "++default_history_lenght=5")
+    assert typo.config["default_history_lenght"] == 5
+
+
+def test_gigpo_is_grpo_with_the_anchor_state_step_term() -> None:
+    translation = translate(M + "agentic_val_webshop_gigpo.yaml")
+    config = translation.config
+    assert (config["adv_estimator"], config["rollout_mode"]) == ("grpo", "step")
+    assert (config["step_advantage_weight"], config["step_gamma"]) == (1.0, 0.95)
+    assert not {"batch_adjust_mode", "episode_reward_weight", "step_reward_weight"} & set(config)
+    with pytest.raises(ConfigError, match=r"episode_reward_weight=2.0: here GiGPO's episode"):
+        translate(A + "agentic_val_sokoban_gigpo.yaml", "episode_reward_weight=2.0")
+    with pytest.raises(ConfigError, match=r"\['step_reward_gamma'\] only apply with adv_est"):
+        translate(A + "agentic_val_sokoban.yaml", "++step_reward_gamma=0.9")
+
+
+def test_the_pg_worker_gives_pg_variant_and_its_knobs_as_top_level_keys() -> None:
+    name = A + "agent_val_frozen_lake-pg_var.yaml"
+    translation = translate(name, "++actor_train.topr_negative_weight=0.5")
+    config = translation.config
+    assert (config["pg_variant"], config["topr_negative_weight"]) == ("topr", 0.5)
+    assert not {"worker_cls", "pg_variant", "topr_negative_weight"} & set(config["actor_train"])
+    assert (
+        translation.notes.count(
+            "actor_train.worker_cls=...agentic_actor_pg_worker.ActorWorker → pg_variant=topr; "
+            "actor_train's topr_negative_weight=0.5 → top-level keys"
+        )
+        == 1
+    )
+    assert translate(name, "~actor_train.pg_variant").config["pg_variant"] == "vanilla"  # ROLL's
+    with pytest.raises(ConfigError, match=r"pg_variant='cispoo' is not valid. Did you mean 'ci"):
+        translate(name, "actor_train.pg_variant=cispoo")
+    with pytest.raises(ConfigError, match=r"sets \['pg_variant'\], which only ROLL's pg worker"):
+        translate(name, "~actor_train.worker_cls")
+    with pytest.raises(ConfigError, match=r"worker_cls='my.Worker' has no counterpart here"):
+        translate(name, "actor_train.worker_cls=my.Worker")
+    with pytest.raises(ConfigError, match=r"sets \['topr_positive_weight'\], which only ROLL"):
+        translate(A + "agentic_val_sokoban.yaml", "++actor_train.topr_positive_weight=2.0")
+
+
+def test_the_translated_knobs_are_the_pg_variants_keyword_arguments() -> None:
+    from agentgym.trainers.pg_variants import PG_VARIANT_KNOBS
+
+    knobs = {key for name, keys in PG_VARIANT_KNOBS.items() if name != "ppo" for key in keys}
+    assert knobs == set(PG_VARIANT_KEYS)
+
+
+def test_per_role_system_envs_join_the_top_level_ones() -> None:
+    name = A + "agentic_val_sokoban.yaml"
+    translation = translate(name, "++actor_train.system_envs.NVTE_FUSED_ATTN='0'")
+    assert translation.config["system_envs"] == {"USE_MODELSCOPE": "1", "NVTE_FUSED_ATTN": "0"}
+    assert "system_envs" not in translation.config["actor_train"]
+    assert "actor_train.system_envs ['NVTE_FUSED_ATTN'] → system_envs (every process here)" in (
+        translation.notes
+    )
+    with pytest.raises(ConfigError, match=r"reference.system_envs.USE_MODELSCOPE='0', but sys"):
+        translate(name, "++reference.system_envs.USE_MODELSCOPE='0'")
+
+
+def test_old_logprobs_recompute_is_the_trainers_old_logprobs() -> None:
+    translation = translate(A + "agent_val_frozen_lake-pg_var_is_correct.yaml")
+    assert translation.config["old_logprobs"] == "trainer"
+    assert "enable_old_logprobs_recompute" not in translation.config
