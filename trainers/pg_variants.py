@@ -49,8 +49,9 @@ agree to 1e-14 for every variant, except where they differ on purpose:
   gradient here, where ROLL's grows without bound (``-A * r``).
 - ``topr`` splits by ``scores``, one per row. ROLL groups its micro-batch by
   ``traj_id`` for the scores, which gives one per row in trajectory mode and
-  fails on shapes in step mode (several rows per trajectory); here every turn of
-  an episode carries that episode's score.
+  fails on shapes in step mode (several rows per trajectory); here each row
+  carries its sample's score, which in step mode is its episode's with
+  ``step_score: episode`` (the default) and its turn's reward with ``turn``.
 - ROLL's ``ratio_type: segment`` (one ratio per contiguous response segment) is
   not built: the ratio is per token.
 """
