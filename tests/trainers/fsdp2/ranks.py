@@ -106,7 +106,12 @@ def every_config(
     resumed = {"same": resume(rank, world, model_dir, out)}
     if other is not None:
         resumed["other"] = resume(rank, world, model_dir, other)
-    return {"runs": runs, "memory": per_rank, "resumed": resumed}
+    with_reference = fsdp2(model_dir, rank, world, reference_path=model_dir)
+    reference = {
+        "logprobs": with_reference.reference_logprobs(ragged_batch(7)),
+        "bytes": storage_bytes(list(with_reference.reference.parameters())),
+    }
+    return {"runs": runs, "memory": per_rank, "resumed": resumed, "reference": reference}
 
 
 def resume(rank: int, world: int, model_dir: Path, checkpoint: Path) -> Any:

@@ -100,6 +100,18 @@ def test_each_rank_holds_one_nth(qwen_dir: Path, ranks: dict[int, Any]) -> None:
                 assert size < whole[kind] / world * 1.1
 
 
+def test_the_reference_is_sharded_like_the_policy(qwen_dir: Path, ranks: dict[int, Any]) -> None:
+    torch_reference = TorchStrategy(qwen_dir, **SETTINGS, reference_path=qwen_dir)
+    expected = torch_reference.reference_logprobs(ragged_batch(7))
+    parameters = list(torch_reference.model.parameters())  # the same model folder
+    whole = sum(p.numel() * p.element_size() for p in parameters)
+    rows = sum(p[0].numel() * p.element_size() for p in parameters)
+    for world in (2, 4):
+        reference = ranks[world]["reference"]  # rank 0's share
+        torch.testing.assert_close(reference["logprobs"] * MASK, expected * MASK)
+        assert abs(reference["bytes"] - whole / world) <= rows
+
+
 def test_a_checkpoint_resumes_exactly_on_any_number_of_ranks(
     qwen_dir: Path, torch_run: Any, ranks: dict[int, Any], checkpoints: Path, one_process: None
 ) -> None:

@@ -96,7 +96,7 @@ def wrap_policy(value: Mapping[str, Any] | None) -> WrapPolicy:
         ConfigError: On a key of :data:`UNHONOURED` or an unknown key (naming it).
     """
     value = dict(value or {})
-    check_keys(value, WRAP_KEYS, prefix="wrap_policy.")
+    _raise(_problems(value, WRAP_KEYS, prefix="wrap_policy."), WRAP_KEYS, "wrap_policy.")
     layers = value.get("transformer_layer_cls_to_wrap")
     if isinstance(layers, str):
         layers = [layers]
@@ -107,13 +107,9 @@ def wrap_policy(value: Mapping[str, Any] | None) -> WrapPolicy:
     )
 
 
-def check_keys(config: Mapping[str, Any], known: tuple[str, ...], *, prefix: str = "") -> None:
-    """Raise on every key of ``config`` that is not ``known``, all named in one error.
-
-    Raises:
-        ConfigError: Naming each key of :data:`UNHONOURED` with its reason, and each
-            unknown key with a close match and the valid keys.
-    """
+def _problems(config: Mapping[str, Any], known: tuple[str, ...], *, prefix: str) -> list[str]:
+    """Each key of ``config`` that is not ``known``: a key of :data:`UNHONOURED` with
+    its reason, an unknown one with a close match."""
     problems = []
     for key in config:
         name = prefix + str(key)
@@ -121,6 +117,10 @@ def check_keys(config: Mapping[str, Any], known: tuple[str, ...], *, prefix: str
             problems.append(f"{name} ({UNHONOURED[name]})")
         elif key not in known:
             problems.append(f"{name} is not a key of it.{did_you_mean(key, known)}")
+    return problems
+
+
+def _raise(problems: list[str], known: tuple[str, ...], prefix: str = "") -> None:
     if problems:
         raise ConfigError(
             "actor_train.strategy_args.strategy_config of fsdp2_train: "
@@ -133,11 +133,13 @@ def check_config(config: Mapping[str, Any]) -> None:
     """Check ROLL's ``strategy_config`` of ``fsdp2_train`` before any model work.
 
     Raises:
-        ConfigError: On keys it cannot honour (:data:`UNHONOURED`), unknown keys, a
-            bad dtype or ``async_save_ckpt: true``.
+        ConfigError: Naming every key it cannot honour (:data:`UNHONOURED`, with the
+            reason) and every unknown key, in ``wrap_policy`` too; on a bad dtype or
+            ``async_save_ckpt: true``.
     """
-    check_keys(config, KEYS)
-    wrap_policy(config.get("wrap_policy"))
+    problems = _problems(config, KEYS, prefix="")
+    problems += _problems(config.get("wrap_policy") or {}, WRAP_KEYS, prefix="wrap_policy.")
+    _raise(problems, KEYS + tuple("wrap_policy." + key for key in WRAP_KEYS))
     for key in ("param_dtype", "reduce_dtype"):
         parse_dtype(key, config.get(key))
     if config.get("async_save_ckpt", False):
