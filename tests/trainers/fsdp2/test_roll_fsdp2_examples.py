@@ -1,8 +1,9 @@
-"""ROLL's FSDP2 example files (tests/data/roll_fsdp2: unchanged copies, each with its
-source path, commit and license line on top, in ROLL's layout so that
-``../config/traj_envs`` resolves): the WebShop one reaches ``fsdp2_train`` with its own
-keys and trains; the Qwen3-30B-A3B Sokoban one stops before any model work, naming
-what is not built here (Ulysses, ROLL's MoE patches)."""
+"""ROLL's FSDP2 example files (unchanged copies, each with its source path, commit and
+license line on top, in ROLL's layout so that ``../config/traj_envs`` resolves): the
+WebShop AMD one (tests/data/roll_examples, which tests/test_roll_examples.py trains for
+two steps) reaches ``fsdp2_train`` with its own keys and steps it; the Qwen3-30B-A3B
+Sokoban one (tests/data/roll_fsdp2) stops before any model work, naming what is not
+built here (Ulysses, ROLL's MoE patches)."""
 
 from __future__ import annotations
 
@@ -24,16 +25,16 @@ from agentgym.trainers.updates import update_policy
 from tests.trainers.megatron.ranks import grpo_config
 from tests.trainers.test_update_path import ragged_batch
 
-EXAMPLES = Path(__file__).parents[2] / "data" / "roll_fsdp2"
+DATA = Path(__file__).parents[2] / "data"
 CPU = Machine(cuda=False, megatron=False, flash_attn=False)
-SOKOBAN_30A3 = "qwen3-30BA3B-agentic_fsdp2/agentic_val_sokoban_30a3"
-WEBSHOP_AMD = "qwen2.5-7B-agentic_megatron/agentic_val_webshop_amd"
+SOKOBAN_30A3 = "roll_fsdp2/qwen3-30BA3B-agentic_fsdp2/agentic_val_sokoban_30a3"
+WEBSHOP_AMD = "roll_examples/qwen2.5-7B-agentic_megatron/agentic_val_webshop_amd"
 
 
 def fitted(name: str, *overrides: str) -> dict[str, Any]:
     """The file composed by Hydra, translated and fitted to one CPU process."""
-    folder, file = name.split("/")
-    with initialize_config_dir(str(EXAMPLES / folder), version_base=None):
+    folder, file = name.rsplit("/", 1)
+    with initialize_config_dir(str(DATA / folder), version_base=None):
         raw = OmegaConf.to_container(compose(file, overrides=list(overrides)), resolve=True)
     return fit_to_machine(from_roll(raw).config, CPU).config  # type: ignore[arg-type]
 
@@ -63,8 +64,8 @@ def test_the_30b_a3b_sokoban_file_names_what_it_lacks_before_model_work(tmp_path
 
 
 def test_the_webshop_amd_file_trains_with_its_fsdp2_keys(tiny_model_dir: Path) -> None:
-    """The keys as the file writes them; the two-step run of the whole file is measured
-    in docs/fsdp2.md (vLLM on a CPU: too slow for this suite)."""
+    """The keys as the file writes them, one update in bf16 (tests/test_roll_examples.py
+    runs the whole file for two steps)."""
     config = validate(fitted(WEBSHOP_AMD, f"pretrain={tiny_model_dir}"))
     strategy = config.actor_train.strategy_args
     assert strategy.strategy_name == "fsdp2_train"
