@@ -69,6 +69,40 @@ UNSUPPORTED_STRATEGIES = {
 """ROLL's other strategy names, with what to use instead."""
 
 
+MODES = ("both", "explore", "train")
+"""``mode`` (Trinity-RFT's key): one process that explores and trains, or the explorer's
+or the trainer's half of a decoupled job (docs/explorer_trainer.md)."""
+
+UNBUILT_MODES = {
+    "bench": "mode=bench (evaluating a run's checkpoints) is not built yet; evaluate a "
+    "checkpoint with python -m agentgym.eval",
+    "serve": "mode=serve (Trinity-RFT's serving explorer) is not built; use mode=explore",
+    "colocate": "mode=colocate is not built; use mode=both (explorer and trainer in one process)",
+}
+"""Trinity-RFT's other modes, with what to use instead."""
+
+BUFFER_STORAGE = ("sql",)
+"""``buffer.storage_type``: the experience buffer's storage (SQLite in WAL mode)."""
+
+UNBUILT_BUFFER_STORAGE = {
+    "queue": "buffer.storage_type=queue (a Ray actor persisted to SQLite) is not built yet; "
+    "use sql (a SQLite file on a filesystem every process of the job reaches)",
+    "file": "buffer.storage_type=file (JSONL) is not built yet; use sql",
+}
+"""Trinity-RFT's other storage types, with what to use instead."""
+
+SYNC_METHODS = ("checkpoint",)
+"""``synchronizer.sync_method``: how explorers get the trainer's weights (a versioned
+folder in the job folder)."""
+
+UNBUILT_SYNC_METHODS = {
+    "memory": "synchronizer.sync_method=memory (Ray's object store) is not built yet; use "
+    "checkpoint",
+    "nccl": "synchronizer.sync_method=nccl needs GPUs and is not built; use checkpoint",
+}
+"""Trinity-RFT's other sync methods, with what to use instead."""
+
+
 def check_reward_options(
     *,
     use_reward_scaling: bool = False,

@@ -13,8 +13,14 @@ from pydantic import (
 )
 
 from agentgym.choices import (
+    BUFFER_STORAGE,
     CRITIC_STRATEGY_NAMES,
+    MODES,
     STRATEGY_NAMES,
+    SYNC_METHODS,
+    UNBUILT_BUFFER_STORAGE,
+    UNBUILT_MODES,
+    UNBUILT_SYNC_METHODS,
     UNSUPPORTED_STRATEGIES,
     check_reward_options,
 )
@@ -155,8 +161,37 @@ def check_scheduling(config: TrainConfig) -> None:
         )
 
 
+def check_decoupled(config: TrainConfig) -> None:
+    """``mode``, ``buffer`` and ``synchronizer``: built names, or what to use instead."""
+    for key, value, built, unbuilt in (
+        ("mode", config.mode, MODES, UNBUILT_MODES),
+        ("buffer.storage_type", config.buffer.storage_type, BUFFER_STORAGE, UNBUILT_BUFFER_STORAGE),
+        (
+            "synchronizer.sync_method",
+            config.synchronizer.sync_method,
+            SYNC_METHODS,
+            UNBUILT_SYNC_METHODS,
+        ),
+    ):
+        if value in unbuilt:
+            raise ConfigError(unbuilt[value])
+        if value not in built:
+            raise ConfigError(f"{key}={value!r} is not one of {[*built, *unbuilt]}")
+    if config.mode == "explore" and config.is_use_additional_prompts:
+        raise ConfigError(
+            "mode=explore writes every complete group to the buffer: is_use_additional_prompts "
+            "(cancelling the slowest groups of a step) does not apply; unset it"
+        )
+    if config.synchronizer.sync_interval != 1:
+        raise ConfigError(
+            f"synchronizer.sync_interval={config.synchronizer.sync_interval}: only 1 (a "
+            "version every step) is built yet"
+        )
+
+
 def check_relations(config: TrainConfig) -> None:
     check_scheduling(config)
+    check_decoupled(config)
     val = config.val_env_manager
     if val.env_groups * val.group_size != config.val_batch_size:
         raise ConfigError(

@@ -283,4 +283,26 @@ class Validation(Section):
     renders: NonNegativeInt = 4
 
 
+class Buffer(Section):
+    """``buffer``: the experience buffer of a decoupled job (``mode: explore | train``)."""
+
+    storage_type: str = "sql"
+    path: str | None = None
+    max_read_timeout: PositiveFloat = 1800.0
+
+
+class Synchronizer(Section):
+    """``synchronizer``: how explorers follow the trainer's weights."""
+
+    sync_method: str = "checkpoint"
+    sync_interval: PositiveInt = 1
+    sync_timeout: PositiveFloat = 3600.0
+
+
+class Explorer(Section):
+    """``explorer``: this explorer process."""
+
+    name: str = "explorer"
+
+
 # The whole config ----------------------------------------------------------------------

@@ -43,9 +43,11 @@ from agentgym.config_sections import (
     MANAGER_ALIASES,
     OLD_LOGPROBS,
     Bool,
+    Buffer,
     Choice,
     EnvGroup,
     EnvManagerSection,
+    Explorer,
     GenerationGroup,
     ModelGroup,
     NonNegativeFloat,
@@ -58,6 +60,7 @@ from agentgym.config_sections import (
     Section,
     StrategyArgs,
     StrategyGroup,
+    Synchronizer,
     TrainInferCorrection,
     Validation,
 )
@@ -76,6 +79,13 @@ class TrainConfig(Section):
 
     # run
     exp_name: str = "sokoban_grpo"
+    mode: str = "both"
+    project: str = "agentgym"
+    name: str | None = None
+    checkpoint_root_dir: str = "checkpoints"
+    buffer: Buffer = Buffer()
+    synchronizer: Synchronizer = Synchronizer()
+    explorer: Explorer = Explorer()
     seed: int = 42
     rpc_timeout: PositiveFloat = 600.0
     output_dir: str = "outputs/train"

@@ -138,8 +138,9 @@ def run(cfg: DictConfig) -> None:
     Ctrl-C or SIGTERM, in any phase, ends it with one line on stderr (where it
     stopped, how to go on: :mod:`agentgym.stopping`) and exit code 130 or 143.
     """
-    from agentgym.builders import apply_system_envs, build_train
+    from agentgym.builders import apply_system_envs, build_train, job_dir
     from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
+    from agentgym.explore import mark_finished
     from agentgym.plot import plot_validation, read_metrics
     from agentgym.trainers.grpo import train
     from agentgym.trainers.tracking import CONSOLE_LOG_FILE, METRICS_FILE
@@ -147,6 +148,9 @@ def run(cfg: DictConfig) -> None:
     started = time.perf_counter()
     config, resolved = check(cfg)
     apply_system_envs(config)
+    if config.mode == "explore":
+        run_explorer(config, resolved, started)
+        return
     state = resume_state(config)
     output_dir = Path(config.output_dir)
     stopping.describe(
@@ -166,6 +170,8 @@ def run(cfg: DictConfig) -> None:
                 resume_step=int(state["step"]) if state else None,
             )
             train(grpo, parts, resume=config.resume_from_checkpoint)
+            if config.mode == "train":  # the explorers may end after the last version
+                mark_finished(job_dir(config), config.max_steps)
     except KeyboardInterrupt as interrupt:  # TrainingInterruptedError, or before train()
         sys.exit(stopping.report(interrupt))
     log = output_dir / CONSOLE_LOG_FILE
@@ -186,6 +192,37 @@ def run(cfg: DictConfig) -> None:
     echo(f"checkpoints: {parts.checkpoint_dir}", log)
     if parts.render_dir is not None:
         echo(f"renders: {parts.render_dir / 'index.html'}", log)
+    echo(library.summary(), log)
+
+
+def run_explorer(config: TrainConfig, resolved: dict[str, Any], started: float) -> None:
+    """``mode: explore``: build the envs and engines, explore until the trainer finishes."""
+    from agentgym.builders import build_explorer
+    from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
+    from agentgym.explore import explore
+    from agentgym.trainers.tracking import CONSOLE_LOG_FILE, METRICS_FILE
+
+    output_dir = Path(config.output_dir)
+    log = output_dir / CONSOLE_LOG_FILE
+    stopping.describe(
+        stopping.Run(
+            output_dir=str(output_dir),
+            arguments=tuple(sys.argv[1:]),
+            start_step=0,
+            console_log=log,
+        )
+    )
+    try:
+        with library_logs(output_dir / LIBRARY_LOG_FILE) as library:
+            batches = explore(build_explorer(config, resolved))
+    except KeyboardInterrupt as interrupt:
+        sys.exit(stopping.report(interrupt))
+    echo(
+        f"explorer {config.explorer.name}: {batches} batches in "
+        f"{time.perf_counter() - started:.0f} s; output: {output_dir}",
+        log,
+    )
+    echo(f"metrics: {Path(config.logging_dir) / METRICS_FILE}", log)
     echo(library.summary(), log)
 
 

@@ -11,7 +11,7 @@ closes. The recipe does not know which source it has:
   bound (``async_generation_ratio: k > 0``, :mod:`agentgym.rollout.async_rollout`).
 
 A new source (an experience buffer fed by separate explorer processes, say)
-implements the five methods of :class:`RolloutSource`; see CONTRIBUTING.md.
+implements the members of :class:`RolloutSource`; see CONTRIBUTING.md.
 """
 
 from __future__ import annotations
@@ -98,7 +98,12 @@ class RolloutSource(Protocol):
 
     def state_dict(self, step: int) -> dict[str, Any]:
         """The train envs' resume state at the checkpoint after step ``step``: the seed
-        cursor of the first batch not yet trained (batches in flight are regenerated)."""
+        cursor of the first batch not yet trained (batches in flight are regenerated);
+        empty when the source keeps its own (the experience buffer)."""
+        ...
+
+    def checkpointed(self, step: int) -> None:
+        """The checkpoint of step ``step`` is on disk (what it trained is settled)."""
         ...
 
     async def close(self) -> None:
@@ -176,6 +181,9 @@ class SyncSource:
     def state_dict(self, step: int) -> dict[str, Any]:
         """The manager's cursor (the next batch is the next step's)."""
         return self.envs.manager.state_dict()
+
+    def checkpointed(self, step: int) -> None:
+        """The cursor in the checkpoint is all a resume needs."""
 
     async def close(self) -> None:
         """Nothing runs between steps."""
@@ -277,6 +285,9 @@ class AheadSource:
         """The cursor of the first batch not yet trained (those in flight are not saved)."""
         return {**self.envs.manager.state_dict(), "cursor": self._running().cursor(step)}
 
+    def checkpointed(self, step: int) -> None:
+        """The cursor in the checkpoint is all a resume needs."""
+
     async def close(self) -> None:
         """Cancel the episodes in flight (a resume regenerates them)."""
         if self.pipeline is not None:
@@ -290,9 +301,14 @@ def rollout_source(
     config: RolloutConfig,
     *,
     async_generation_ratio: float = 0.0,
+    prebuilt: RolloutSource | None = None,
 ) -> RolloutSource:
     """The source ``async_generation_ratio`` asks for: 0 plays each step's batch when
-    asked (:class:`SyncSource`), k > 0 up to k steps ahead (:class:`AheadSource`)."""
+    asked (:class:`SyncSource`), k > 0 up to k steps ahead (:class:`AheadSource`);
+    ``prebuilt`` when the builders made one (``mode: train``'s
+    :class:`~agentgym.rollout.buffer_source.BufferSource`)."""
+    if prebuilt is not None:
+        return prebuilt
     envs = EnvRollout(manager, backend, chat, config)
     if async_generation_ratio > 0:
         return AheadSource(envs, ratio=async_generation_ratio)

@@ -72,6 +72,9 @@ class TrainParts:
     cluster: Cluster | None = None
     critic: Critic | None = None
     """GAE's value model (``adv_estimator: gae``)."""
+    source: RolloutSource | None = None
+    """A rollout source the builders made (``mode: train``: the experience buffer);
+    None: the recipe's own from the train envs (:func:`rollout_source`)."""
     kl_controller: KLController | None = None
     """The beta of ``add_token_level_kl`` (:func:`kl_controller`)."""
     reward_moments: RunningMoments | None = None
@@ -100,12 +103,13 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
         parts.chat,
         parts.train_rollout,
         async_generation_ratio=schedule.async_generation_ratio,
+        prebuilt=parts.source,
     )
     step = 0
     try:
         if resume:
             step = restore(parts, resume)
-            send_resumed_weights(config, parts, loop)
+        send_start_weights(config, parts, loop)  # the engines sample the trainer's weights
         loop.call_soon(source.start, step)
         if step == 0 and schedule.eval_steps:
             validate(config, parts, loop, source, step=0)
@@ -144,6 +148,7 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
                 validate(config, parts, loop, source, step=step)
             if step % schedule.save_steps == 0 or step == schedule.max_steps:
                 checkpoint(parts, step, source.state_dict(step))
+                source.checkpointed(step)
     except KeyboardInterrupt as interrupt:
         phase = phase_of(frames_of(interrupt.__traceback__)) or "training"
         shut_down(parts, loop, source, unwinding=True)
@@ -166,11 +171,11 @@ def push_weights(
     return loop.run_until_complete(update)
 
 
-def send_resumed_weights(
+def send_start_weights(
     config: GRPOConfig, parts: TrainParts, loop: asyncio.AbstractEventLoop
 ) -> float:
-    """The restored checkpoint's weights to the engines before any episode starts,
-    bounded by ``rpc_timeout``; the seconds it took.
+    """The weights training starts from (the model's, or the restored checkpoint's) to
+    the engines before any episode starts, bounded by ``rpc_timeout``; the seconds it took.
 
     Raises:
         WeightSyncTimeoutError: Naming the backend, when it takes longer than ``rpc_timeout``.

@@ -38,10 +38,10 @@ def checkpoint(parts: TrainParts, step: int, train_envs: dict[str, Any] | None =
 
     ``train_envs`` is the train envs' resume state (the rollout source's
     ``state_dict``: ahead of training, the seed cursor of the first batch not yet
-    trained, so the episodes in flight are regenerated on resume); None: the train
-    manager's own.
+    trained, so the episodes in flight are regenerated on resume); None or empty: the
+    train manager's own.
     """
-    manager_state = train_envs if train_envs is not None else parts.train_manager.state_dict()
+    manager_state = train_envs or parts.train_manager.state_dict()
 
     def write(directory: Path) -> None:
         parts.strategy.save(directory)

@@ -104,9 +104,12 @@ def test_ratio_0_through_the_pipeline_equals_the_synchronous_recipe(
         sources: list[RolloutSource] = []
 
         def ahead_at_zero(
-            *args: Any, async_generation_ratio: float, sources: list[RolloutSource] = sources
+            *args: Any,
+            async_generation_ratio: float,
+            prebuilt: RolloutSource | None,
+            sources: list[RolloutSource] = sources,
         ) -> RolloutSource:
-            assert async_generation_ratio == 0
+            assert async_generation_ratio == 0 and prebuilt is None
             sources.append(AheadSource(EnvRollout(*args), ratio=0.0))
             return sources[-1]
 

@@ -1,0 +1,202 @@
+"""``mode: explore``: the explorer's half of a decoupled job (Trinity-RFT's explorer).
+
+It builds the envs and the engines only, and loops: load the newest weights the
+trainer published (:mod:`~agentgym.rollout.published_weights`), validate them every
+``eval_steps`` versions, reserve a batch within the staleness bound, play it, and
+write its complete groups to the experience buffer with the seed cursor after them
+(:mod:`~agentgym.rollout.experience_buffer`). A restarted explorer takes up its
+cursor from the buffer, so it replays the seeds of a batch it had not finished and
+writes no group twice. It ends when the trainer has published its last version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentgym.fileio import write_json_atomic
+from agentgym.rollout.backends.base import GenerationBackend
+from agentgym.rollout.chat import ChatTokenizer
+from agentgym.rollout.env_manager import EnvManager
+from agentgym.rollout.experience_buffer import ExperienceBuffer
+from agentgym.rollout.loop import RolloutConfig, collect
+from agentgym.rollout.published_weights import Published, latest, read_weights
+from agentgym.trainers.tracking import Tracker
+from agentgym.trajectory import Trajectory
+
+FINISHED = "trainer_finished.json"
+"""The marker the trainer writes in the job folder when it published its last version."""
+
+WAIT_LOG_SECONDS = 60.0
+"""How often a waiting explorer says what it waits for."""
+
+
+class WeightsTimeoutError(TimeoutError):
+    """No weights were published within ``synchronizer.sync_timeout``."""
+
+
+def mark_finished(job_dir: Path, version: int) -> None:
+    """The trainer published its last version (``version``): explorers may end."""
+    write_json_atomic(job_dir / FINISHED, {"version": version})
+
+
+def finished_version(job_dir: Path) -> int | None:
+    """The trainer's last version, once it has finished (None: still training)."""
+    import json
+
+    path = job_dir / FINISHED
+    return int(json.loads(path.read_text())["version"]) if path.is_file() else None
+
+
+@dataclass
+class ExplorerParts:
+    """What an explorer runs on, built by :func:`agentgym.builders.build_explorer`."""
+
+    name: str
+    job_dir: Path
+    buffer: ExperienceBuffer
+    backend: GenerationBackend
+    chat: ChatTokenizer
+    train_manager: EnvManager
+    val_manager: EnvManager
+    train_rollout: RolloutConfig
+    val_rollout: RolloutConfig
+    tracker: Tracker
+    ratio: float
+    """The staleness bound in versions."""
+    eval_steps: int
+    sync_timeout: float
+    close: Callable[[], None]
+    """Releases the envs, the tracker and the cluster (the engines close on the
+    explorer's event loop)."""
+
+
+def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
+    """Run the explorer until the trainer has finished; the batches it played.
+
+    Raises:
+        WeightsTimeoutError: When nothing is published within ``sync_timeout``.
+    """
+    loop = asyncio.new_event_loop()
+    record = parts.buffer.join(parts.name)
+    if record.cursor is not None:
+        parts.train_manager.load_state_dict(record.cursor)
+        log(f"explorer {parts.name}: resumed at group {record.next_seq}")
+    loaded: Published | None = None
+    validated: set[int] = set()
+    batches = 0
+    last_line = time.monotonic()
+    try:
+        while True:
+            current = _wait_for_weights(parts, log)
+            if loaded is None or current.folder != loaded.folder:
+                started = time.perf_counter()
+                loop.run_until_complete(parts.backend.update_weights(read_weights(current)))
+                log(
+                    f"explorer {parts.name}: loaded version {current.version} in "
+                    f"{time.perf_counter() - started:.2f} s"
+                )
+            loaded = current
+            if _due(parts.eval_steps, current.version) and current.version not in validated:
+                validated.add(current.version)
+                _validate(parts, loop, current.version)
+            last = finished_version(parts.job_dir)
+            if last is not None and current.version >= last:
+                if last not in validated and parts.eval_steps:
+                    _validate(parts, loop, last)
+                log(f"explorer {parts.name}: the trainer finished at version {last}")
+                return batches
+            groups = parts.train_manager.batch_groups
+            if not parts.buffer.reserve(
+                parts.name,
+                groups,
+                version=current.version,
+                ratio=parts.ratio,
+                batch=current.groups_per_step,
+            ):
+                if time.monotonic() - last_line >= WAIT_LOG_SECONDS:
+                    last_line = time.monotonic()
+                    log(
+                        f"explorer {parts.name}: waits for the trainer to pass version "
+                        f"{current.version} (the staleness bound, {parts.ratio:g} versions)"
+                    )
+                parts.buffer.heartbeat(parts.name)
+                time.sleep(0.2)
+                continue
+            started = time.perf_counter()
+            result = loop.run_until_complete(
+                collect(
+                    parts.train_manager,
+                    parts.backend,
+                    parts.chat,
+                    parts.train_rollout,
+                    policy_version=current.version,
+                )
+            )
+            written = parts.buffer.write(
+                parts.name,
+                _groups(result.trajectories),
+                cursor=dict(parts.train_manager.state_dict()),
+                reserved=groups,
+            )
+            batches += 1
+            seconds = time.perf_counter() - started
+            metrics = {f"explore/{key}": value for key, value in result.metrics.items()}
+            metrics["explore/groups_written"] = float(written)
+            metrics["explore/groups_per_second"] = written / max(seconds, 1e-9)
+            metrics["explore/policy_version"] = float(current.version)
+            metrics["time/explore_batch"] = seconds
+            parts.tracker.log(metrics, batches)
+    finally:
+        try:
+            loop.run_until_complete(parts.backend.close())  # on the loop it served on
+        finally:
+            try:
+                parts.close()
+            finally:
+                parts.buffer.close()
+                loop.close()
+
+
+def _due(every: int, version: int) -> bool:
+    return every > 0 and version % every == 0
+
+
+def _wait_for_weights(parts: ExplorerParts, log: Callable[[str], None]) -> Published:
+    started = last_line = time.monotonic()
+    while (current := latest(parts.job_dir)) is None:
+        now = time.monotonic()
+        if now - started > parts.sync_timeout:
+            raise WeightsTimeoutError(
+                f"explorer {parts.name}: no weights published in {parts.job_dir} within "
+                f"synchronizer.sync_timeout={parts.sync_timeout:g} s; start the trainer "
+                "(mode=train) with the same checkpoint_root_dir, project and name"
+            )
+        if now - last_line >= WAIT_LOG_SECONDS or now == started:
+            last_line = now
+            log(f"explorer {parts.name}: waits for the trainer's first weights in {parts.job_dir}")
+        parts.buffer.heartbeat(parts.name)
+        time.sleep(0.2)
+    return current
+
+
+def _validate(parts: ExplorerParts, loop: asyncio.AbstractEventLoop, version: int) -> None:
+    result = loop.run_until_complete(
+        collect(
+            parts.val_manager, parts.backend, parts.chat, parts.val_rollout, policy_version=version
+        )
+    )
+    metrics = {f"val/{key}": value for key, value in result.metrics.items()}
+    metrics["val/policy_version"] = float(version)
+    parts.tracker.log(metrics, version)
+
+
+def _groups(trajectories: list[Trajectory]) -> list[list[Trajectory]]:
+    """The batch's trajectories by group, in the order the groups first appear."""
+    groups: dict[int, list[Trajectory]] = {}
+    for trajectory in trajectories:
+        groups.setdefault(trajectory.group_id, []).append(trajectory)
+    return list(groups.values())

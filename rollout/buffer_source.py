@@ -1,0 +1,166 @@
+"""The trainer's side of ``mode: train``: a :class:`~agentgym.rollout.source.RolloutSource`
+that takes each step's batch from the experience buffer that explorer processes fill
+(:mod:`~agentgym.rollout.experience_buffer`) and publishes each weight update for them
+(:mod:`~agentgym.rollout.published_weights`).
+
+Nothing generates in this process: the update runs in this thread, and validation is
+the explorers' (``mode: explore`` validates each version it loads, every
+``eval_steps``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from agentgym.rollout.async_rollout import bounded_update, staleness_metrics
+from agentgym.rollout.experience_buffer import ExperienceBuffer, ExplorerRecord
+from agentgym.rollout.metrics import rollout_metrics
+from agentgym.rollout.published_weights import WeightPublisher
+from agentgym.rollout.source import StepRollout
+from agentgym.trajectory import Trajectory
+
+_T = TypeVar("_T")
+
+WAIT_LOG_SECONDS = 60.0
+"""How often a trainer short of data says what it waits for."""
+
+
+class BufferReadTimeoutError(TimeoutError):
+    """The buffer held too few groups for a step for ``max_read_timeout`` seconds."""
+
+
+class BufferSource:
+    """Each step's batch is the buffer's oldest ``groups_per_step`` complete groups.
+
+    Args:
+        buffer: The job's experience buffer.
+        publisher: Publishes each weight update (the recipe's backend in this mode).
+        groups_per_step: Groups a step trains (``train_env_manager.env_groups``).
+        ratio: The staleness bound in versions (for the ``async/staleness_*`` metrics).
+        max_read_timeout: Seconds a step may wait for its groups before the run fails.
+        poll_seconds: How often a waiting step looks again.
+        log: Where the waiting lines go.
+    """
+
+    def __init__(
+        self,
+        buffer: ExperienceBuffer,
+        publisher: WeightPublisher,
+        *,
+        groups_per_step: int,
+        ratio: float,
+        max_read_timeout: float,
+        poll_seconds: float = 0.2,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.buffer = buffer
+        self.publisher = publisher
+        self.groups_per_step = groups_per_step
+        self.ratio = ratio
+        self.max_read_timeout = max_read_timeout
+        self.poll_seconds = poll_seconds
+        self.log = log
+
+    @property
+    def version(self) -> int:
+        """The newest version published."""
+        return self.publisher.version
+
+    def start(self, step: int) -> None:
+        """Settle the groups of steps after the checkpoint of ``step`` (ready again)
+        and before it (consumed)."""
+        self.buffer.recover(step)
+
+    async def next_batch(self, step: int) -> StepRollout:
+        """Lease the step's groups, waiting (and saying so every minute) while the
+        buffer holds too few.
+
+        Raises:
+            BufferReadTimeoutError: After ``max_read_timeout`` seconds without enough
+                groups, naming each explorer and when it was last heard from.
+        """
+        started = last_line = time.monotonic()
+        while (groups := self.buffer.lease(step, self.groups_per_step)) is None:
+            now = time.monotonic()
+            if now - started > self.max_read_timeout:
+                raise BufferReadTimeoutError(
+                    f"step {step} waited {now - started:.0f} s (max_read_timeout) for "
+                    f"{self.groups_per_step} groups in {self.buffer.path}; "
+                    f"{self._explorers()}"
+                )
+            if now - last_line >= WAIT_LOG_SECONDS:
+                last_line = now
+                self.log(
+                    f"step {step} waits for {self.groups_per_step} groups in the buffer "
+                    f"({self.buffer.counts()['ready']} ready); {self._explorers()}"
+                )
+            await asyncio.sleep(self.poll_seconds)
+        waited = time.monotonic() - started
+        trajectories = _one_batch(groups)
+        metrics = {f"train/{key}": value for key, value in rollout_metrics(trajectories).items()}
+        metrics |= {f"buffer/{state}": float(n) for state, n in self.buffer.counts().items()}
+        metrics["time/trainer_wait"] = waited
+        metrics |= staleness_metrics(trajectories, step - 1, self.ratio)
+        return StepRollout(trajectories, metrics)
+
+    def _explorers(self) -> str:
+        explorers = self.buffer.explorers()
+        if not explorers:
+            return "no explorer has joined yet"
+        return "explorers: " + ", ".join(_heard(record) for record in explorers)
+
+    async def update_weights(
+        self, update: Callable[[], Awaitable[None]], *, timeout: float
+    ) -> dict[str, float]:
+        """Publish the update (``update`` sends the weights to the publisher)."""
+        seconds = await bounded_update(update, self.publisher, timeout=timeout)
+        return {
+            "time/weight_sync": seconds,
+            "async/policy_version": float(self.publisher.version),
+            "sync/bytes": float(self.publisher.last_bytes),
+        }
+
+    def skip_update(self) -> None:
+        """The next version, the same weights folder."""
+        self.publisher.skip()
+
+    async def paused(self, work: Callable[[], Awaitable[_T]]) -> _T:
+        """Nothing generates here."""
+        return await work()
+
+    async def run_work(self, work: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """In this thread: nothing generates here."""
+        return work(*args, **kwargs)
+
+    def state_dict(self, step: int) -> dict[str, Any]:
+        """The buffer's state is its own (leases by step); nothing to add."""
+        return {}
+
+    def checkpointed(self, step: int) -> None:
+        """The checkpoint of ``step`` is written: its groups are consumed."""
+        self.buffer.commit(step)
+
+    async def close(self) -> None:
+        """Close this process's connection to the buffer."""
+        self.buffer.close()
+
+
+def _heard(record: ExplorerRecord) -> str:
+    return (
+        f"{record.name} (wrote {record.written} groups, last heard "
+        f"{time.time() - record.last_heard:.0f} s ago)"
+    )
+
+
+def _one_batch(groups: Sequence[list[Trajectory]]) -> list[Trajectory]:
+    """The groups' trajectories as one batch, each group under its own id (explorers
+    number their groups independently, so two may use one id)."""
+    trajectories = []
+    for index, members in enumerate(groups):
+        for trajectory in members:
+            trajectory.group_id = index
+            trajectories.append(trajectory)
+    return trajectories

@@ -1,0 +1,139 @@
+"""The experience buffer's guarantees, on real SQLite files shared by real processes:
+whole groups only, each trained exactly once across a trainer's crash and resume, no
+group written twice across an explorer's crash and restart, the staleness bound over
+every explorer, a corrupt group named."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from agentgym.rollout.experience_buffer import BufferCorruptError, ExperienceBuffer
+from agentgym.trajectory import Trajectory
+
+
+def group(group_id: int, version: int = 0, size: int = 2) -> list[Trajectory]:
+    return [
+        Trajectory(
+            env_name="sokoban",
+            tag="sokoban",
+            group_id=group_id,
+            seed=group_id,
+            env_index=index,
+            policy_version=version,
+        )
+        for index in range(size)
+    ]
+
+
+def test_whole_groups_in_write_order_and_never_a_partial_batch(tmp_path: Path) -> None:
+    buffer = ExperienceBuffer(tmp_path / "b.sqlite")
+    buffer.join("e")
+    buffer.write("e", [group(0), group(1), group(2)], cursor={"cursor": 3})
+    assert buffer.lease(1, 4) is None  # 3 ready: nothing leased
+    assert buffer.counts() == {"ready": 3, "leased": 0, "consumed": 0}
+    first = buffer.lease(1, 2)
+    assert first is not None and [[t.group_id for t in g] for g in first] == [[0, 0], [1, 1]]
+    assert buffer.lease(1, 2) is not None  # asked again: the same leases
+    assert [g[0].group_id for g in buffer.lease(1, 2) or []] == [0, 1]
+    assert buffer.counts() == {"ready": 1, "leased": 2, "consumed": 0}
+    buffer.commit(1)
+    assert buffer.counts() == {"ready": 1, "leased": 0, "consumed": 2}
+
+
+def test_a_rewritten_group_is_ignored_and_the_cursor_is_kept(tmp_path: Path) -> None:
+    buffer = ExperienceBuffer(tmp_path / "b.sqlite")
+    assert buffer.join("e").cursor is None
+    assert buffer.write("e", [group(0), group(1)], cursor={"cursor": 2}) == 2
+    # a restarted explorer that replays from an older cursor: its sequence numbers
+    # continue from the buffer's record, so the replay is stored once
+    record = ExperienceBuffer(tmp_path / "b.sqlite").join("e")
+    assert (record.cursor, record.next_seq, record.written) == ({"cursor": 2}, 2, 2)
+    with sqlite3.connect(tmp_path / "b.sqlite") as db:
+        db.execute("UPDATE explorers SET next_seq = 0")  # as if the write of seq 0, 1 replays
+    assert buffer.write("e", [group(0), group(1)], cursor={"cursor": 2}) == 0
+    assert buffer.counts()["ready"] == 2
+
+
+def test_recover_settles_leases_by_the_checkpoint_step(tmp_path: Path) -> None:
+    buffer = ExperienceBuffer(tmp_path / "b.sqlite")
+    buffer.join("e")
+    buffer.write("e", [group(i) for i in range(6)], cursor={})
+    for step in (1, 2, 3):
+        assert buffer.lease(step, 2) is not None
+    buffer.commit(1)
+    # the trainer died after step 3's lease; its last checkpoint is step 2
+    buffer.recover(2)
+    assert buffer.counts() == {"ready": 2, "leased": 0, "consumed": 4}
+    again = buffer.lease(3, 2)
+    assert again is not None and [g[0].group_id for g in again] == [4, 5]
+    buffer.recover(3)
+    assert buffer.consumed_by_step() == {
+        1: [("e", 0), ("e", 1)],
+        2: [("e", 2), ("e", 3)],
+        3: [("e", 4), ("e", 5)],
+    }
+
+
+def test_reservations_hold_every_explorer_within_the_staleness_bound(tmp_path: Path) -> None:
+    buffer = ExperienceBuffer(tmp_path / "b.sqlite")
+    buffer.join("a")
+    buffer.join("b")
+    # ratio 1, 2 groups a step, version 0: at most (1 + 0 + 1) × 2 = 4 groups in all
+    assert buffer.reserve("a", 2, version=0, ratio=1, batch=2)
+    assert buffer.reserve("b", 2, version=0, ratio=1, batch=2)
+    assert not buffer.reserve("a", 2, version=0, ratio=1, batch=2)
+    buffer.write("a", [group(0), group(1)], cursor={}, reserved=2)
+    assert not buffer.reserve("a", 2, version=0, ratio=1, batch=2)  # written ones count
+    assert buffer.reserve("a", 2, version=1, ratio=1, batch=2)
+    # a restarted explorer gives up its reservation: written 2 + a's 2 + b's 2 = 6 ≤ 6
+    assert buffer.join("b").reserved == 0
+    assert buffer.reserve("b", 2, version=1, ratio=1, batch=2)
+    assert not buffer.reserve("a", 1, version=1, ratio=1, batch=2)
+
+
+def test_a_corrupt_group_is_named(tmp_path: Path) -> None:
+    buffer = ExperienceBuffer(tmp_path / "b.sqlite")
+    buffer.join("e")
+    buffer.write("e", [group(0)], cursor={})
+    with sqlite3.connect(tmp_path / "b.sqlite") as db:
+        db.execute("UPDATE groups SET payload = x'00'")
+    with pytest.raises(BufferCorruptError, match=r"group 1 .* fails its checksum"):
+        buffer.lease(1, 1)
+
+
+def _write_forever(path: str, name: str, started: multiprocessing.synchronize.Event) -> None:
+    buffer = ExperienceBuffer(path)
+    record = buffer.join(name)
+    seq = record.next_seq
+    started.set()
+    while True:
+        buffer.write(name, [group(seq), group(seq + 1)], cursor={"cursor": seq + 2})
+        seq += 2
+
+
+def test_an_explorer_killed_mid_write_loses_no_group_and_repeats_none(tmp_path: Path) -> None:
+    path = str(tmp_path / "b.sqlite")
+    context = multiprocessing.get_context("spawn")
+    started = context.Event()
+    writer = context.Process(target=_write_forever, args=(path, "e", started))
+    writer.start()
+    assert started.wait(60)
+    time.sleep(0.5)
+    assert writer.pid is not None
+    os.kill(writer.pid, signal.SIGKILL)  # mid-transaction, most likely
+    writer.join()
+    buffer = ExperienceBuffer(path)
+    record = buffer.join("e")
+    stored = buffer._db.execute("SELECT seq, group_id FROM groups ORDER BY seq").fetchall()
+    # every transaction is whole: groups come in pairs with the cursor after them
+    assert len(stored) == record.next_seq == record.written
+    assert record.cursor == {"cursor": record.next_seq}
+    assert all(seq == group_id for seq, group_id in stored)
+    assert [seq for seq, _ in stored] == list(range(len(stored)))

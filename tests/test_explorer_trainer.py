@@ -1,0 +1,169 @@
+"""``mode=explore`` and ``mode=train`` as two real processes of one job (SQLite buffer,
+weights by checkpoint): either may start first, every group is trained exactly once,
+the staleness bound holds on the recorded versions, and a ``kill -9`` of either side
+loses nothing and repeats nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentgym.errors import ConfigError
+from agentgym.rollout.experience_buffer import ExperienceBuffer
+from agentgym.schema import validate
+from tests.test_config import composed
+
+JOB = [
+    "env=sokoban", "max_turns=2", "sequence_length=512", "generation=hf",
+    "generation.max_new_tokens=6", "train_env_manager.env_groups=2",
+    "train_env_manager.group_size=2", "rollout_mode=trajectory", "step_advantage_weight=0",
+    "rollout_batch_size=4", "val_batch_size=2", "val_env_manager.env_groups=2",
+    "actor_train.training_args.per_device_train_batch_size=2",
+    "actor_train.training_args.gradient_accumulation_steps=1",
+    "reward_normalization.method=identity", "drop_zero_variance_groups=false",
+    "model.warm_start=null", "project=p", "name=job", "save_steps=1", "eval_steps=2",
+]  # fmt: skip
+"""A tiny job; async_generation_ratio is unset, so the bound is sync_interval = 1."""
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("model-cache")
+
+
+def start(
+    root: Path, cache: Path, mode: str, *extra: str, name: str | None = None
+) -> subprocess.Popen[str]:
+    folder = root / (name or mode)
+    command = [
+        sys.executable, "-m", "agentgym.train", *JOB, f"mode={mode}",
+        f"model.cache_dir={cache}", f"checkpoint_root_dir={root / 'jobs'}",
+        f"output_dir={folder}", *extra,
+    ]  # fmt: skip
+    log = (root / f"{name or mode}.log").open("a")
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(process: subprocess.Popen[str], log: Path, timeout: float = 300) -> None:
+    assert process.wait(timeout) == 0, log.read_text()[-4000:]
+
+
+def buffer(root: Path) -> ExperienceBuffer:
+    return ExperienceBuffer(root / "jobs" / "p" / "job" / "buffer.sqlite")
+
+
+def metrics(folder: Path) -> dict[int, dict[str, Any]]:
+    rows: dict[int, dict[str, Any]] = {}
+    for line in (folder / "logs" / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if "step" in record:
+            rows.setdefault(int(record["step"]), {}).update(record)
+    return rows
+
+
+def assert_each_group_once(root: Path, steps: int, groups_per_step: int = 2) -> None:
+    consumed = buffer(root).consumed_by_step()
+    assert sorted(consumed) == list(range(1, steps + 1))
+    assert all(len(keys) == groups_per_step for keys in consumed.values())
+    keys = [key for step_keys in consumed.values() for key in step_keys]
+    assert len(keys) == len(set(keys))
+
+
+def assert_staleness_within(folder: Path, bound: int) -> None:
+    rows = metrics(folder)
+    trained = [row for row in rows.values() if "async/staleness_max" in row]
+    assert trained and all(0 <= row["async/staleness_max"] <= bound for row in trained)
+
+
+@pytest.mark.parametrize("first", ["explore", "train"])
+def test_explorer_and_trainer_started_in_either_order(
+    tmp_path: Path, cache: Path, first: str
+) -> None:
+    second = "train" if first == "explore" else "explore"
+    processes = {first: start(tmp_path, cache, first, "max_steps=3")}
+    time.sleep(3)
+    processes[second] = start(tmp_path, cache, second, "max_steps=3")
+    for mode, process in processes.items():
+        finish(process, tmp_path / f"{mode}.log")
+    assert_each_group_once(tmp_path, 3)
+    assert_staleness_within(tmp_path / "train", bound=1)
+    explored = metrics(tmp_path / "explore")
+    assert {0, 2, 3} <= {step for step, row in explored.items() if "val/all/success" in row}
+
+
+def wait_for(path: Path, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.2)
+
+
+def test_a_killed_trainer_resumes_without_losing_or_repeating_a_group(
+    tmp_path: Path, cache: Path
+) -> None:
+    explorer = start(tmp_path, cache, "explore", "max_steps=5")
+    trainer = start(tmp_path, cache, "train", "max_steps=5")
+    wait_for(tmp_path / "train" / "checkpoints" / "checkpoint-2" / "trainer_state.json")
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait()
+    resumed = start(tmp_path, cache, "train", "max_steps=5", "resume_from_checkpoint=true")
+    finish(resumed, tmp_path / "train.log")
+    finish(explorer, tmp_path / "explore.log")
+    assert_each_group_once(tmp_path, 5)
+    steps = sorted(metrics(tmp_path / "train"))
+    assert steps[-1] == 5 and steps == sorted(set(steps))
+
+
+def test_a_killed_explorer_restarts_from_its_cursor_and_writes_no_group_twice(
+    tmp_path: Path, cache: Path
+) -> None:
+    trainer = start(tmp_path, cache, "train", "max_steps=4")
+    explorer = start(tmp_path, cache, "explore", "max_steps=4")
+    deadline = time.monotonic() + 240
+    while buffer(tmp_path).counts()["ready"] + buffer(tmp_path).counts()["consumed"] < 4:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    os.kill(explorer.pid, signal.SIGKILL)
+    explorer.wait()
+    written_before = buffer(tmp_path).explorer("explorer")
+    assert written_before is not None
+    restarted = start(tmp_path, cache, "explore", "max_steps=4")
+    finish(trainer, tmp_path / "train.log")
+    finish(restarted, tmp_path / "explore.log")
+    assert_each_group_once(tmp_path, 4)
+    store = buffer(tmp_path)
+    played = [row[0] for row in store._db.execute("SELECT group_id FROM groups")]
+    assert len(played) == len(set(played))  # no group of the env manager stored twice
+    record = store.explorer("explorer")
+    assert record is not None and record.next_seq == record.written >= written_before.written
+    assert "resumed at group" in (tmp_path / "explore.log").read_text()
+
+
+def test_a_trainer_without_explorers_fails_naming_them(tmp_path: Path, cache: Path) -> None:
+    trainer = start(tmp_path, cache, "train", "max_steps=2", "buffer.max_read_timeout=3")
+    assert trainer.wait(240) != 0
+    log = (tmp_path / "train.log").read_text()
+    assert "max_read_timeout" in log and "no explorer has joined yet" in log
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("mode=bench", "not built yet; evaluate a checkpoint with python -m agentgym.eval"),
+        ("mode=serve", "use mode=explore"),
+        ("synchronizer.sync_method=nccl", "needs GPUs and is not built; use checkpoint"),
+        ("buffer.storage_type=queue", "not built yet; use sql"),
+        ("mode=expolre", r"not one of \['both', 'explore', 'train'"),
+    ],
+)
+def test_modes_and_methods_not_built_fail_at_the_config_check(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        validate(composed(override))
