@@ -430,6 +430,15 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
         train_infer_correction=correction_config(
             config.train_infer_correction, tis_cap=config.tis_cap
         ),
+        pg_variant=config.pg_variant,
+        topr_positive_weight=config.topr_positive_weight,
+        topr_negative_weight=config.topr_negative_weight,
+        tis_lower_bound=config.tis_lower_bound,
+        tis_upper_bound=config.tis_upper_bound,
+        cispo_epsilon_low=config.cispo_epsilon_low,
+        cispo_epsilon_high=config.cispo_epsilon_high,
+        cispo_use_unified_mask=config.cispo_use_unified_mask,
+        kimi15_tau=config.kimi15_tau,
     )
     advantage = AdvantageConfig(
         adv_estimator=config.adv_estimator,

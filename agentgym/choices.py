@@ -41,6 +41,19 @@ KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl", "full")
 PG_VARIANTS = ("vanilla", "ppo", "tis", "topr", "cispo", "kimi15")
 """``pg_variant``: ROLL's agentic policy losses (``agentic_actor_pg_worker``)."""
 
+PG_VARIANT_KNOBS: dict[str, tuple[str, ...]] = {
+    "vanilla": (),
+    "ppo": ("clip_ratio_low", "clip_ratio_high", "dual_clip_ratio_c"),
+    "tis": ("tis_lower_bound", "tis_upper_bound"),
+    "topr": ("topr_positive_weight", "topr_negative_weight"),
+    "cispo": ("cispo_epsilon_low", "cispo_epsilon_high", "cispo_use_unified_mask"),
+    "kimi15": ("kimi15_tau",),
+}
+"""The keyword arguments each variant of :mod:`agentgym.trainers.pg_variants` requires
+besides the common ones, named as the config keys that set them (``dual_clip_ratio_c``:
+the recipe's value, which is ROLL's ``1 + 2 * pg_clip`` with ``dual_clip_loss``); the
+config check refuses a knob set under another variant."""
+
 WEIGHT_TYPES = ("token", "segment", "geometric", "sequence")
 """ROLL's granularities of the ratio π_prox/μ (``weight_type``, ``agg_type``)."""
 

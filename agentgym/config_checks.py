@@ -16,6 +16,7 @@ from agentgym.choices import (
     BUFFER_STORAGE,
     CRITIC_STRATEGY_NAMES,
     MODES,
+    PG_VARIANT_KNOBS,
     STRATEGY_NAMES,
     SYNC_METHODS,
     UNBUILT_BUFFER_STORAGE,
@@ -276,6 +277,7 @@ def check_algorithm(config: TrainConfig) -> None:
             "use_topr_loss adds TOPR's tapered term for negative samples to the sft_loss_coef "
             "term (ROLL): set sft_loss_coef > 0 (with rl_loss_coef=0 for pure TOPR)"
         )
+    check_pg_variant(config)
     if config.target_kl is not None and not config.add_token_level_kl:
         raise ConfigError(
             f"target_kl={config.target_kl} adapts the coefficient of the token-level KL "
@@ -291,6 +293,42 @@ def check_algorithm(config: TrainConfig) -> None:
     if gae:
         name = config.critic.strategy_args.strategy_name or "torch"
         check_choice("critic.strategy_args.strategy_name", name, CRITIC_STRATEGY_NAMES)
+
+
+def check_pg_variant(config: TrainConfig) -> None:
+    """``pg_variant`` and its knobs (:data:`~agentgym.choices.PG_VARIANT_KNOBS`): each knob
+    is read by its own variant only, so one set away from its default under another
+    variant would change nothing, which is refused rather than ignored."""
+    if config.tis_lower_bound > config.tis_upper_bound:
+        raise ConfigError(
+            f"tis_lower_bound={config.tis_lower_bound} > tis_upper_bound="
+            f"{config.tis_upper_bound}: tis weighs each token by its ratio clipped to "
+            "[tis_lower_bound, tis_upper_bound]; swap them"
+        )
+    variant = config.pg_variant
+    fields = type(config).model_fields
+    for owner, knobs in PG_VARIANT_KNOBS.items():
+        # ppo's dual-clip bound has two keys: dual_clip_ratio_c, or ROLL's dual_clip_loss
+        keys = [*knobs, *(["dual_clip_loss"] if owner == "ppo" else [])]
+        for key in keys:
+            value = getattr(config, key)
+            if owner != variant and value != fields[key].default:
+                raise ConfigError(
+                    f"{key}={value} is read by pg_variant={owner} only, but pg_variant="
+                    f"{variant}: drop {key}, or set pg_variant={owner}"
+                )
+    if variant == "topr" and config.use_topr_loss:
+        raise ConfigError(
+            "pg_variant=topr makes TOPR the policy loss, and use_topr_loss adds TOPR's tapered "
+            "term to the sft_loss_coef term of another policy loss: set one of them "
+            "(use_topr_loss=false with pg_variant=topr)"
+        )
+    if variant == "topr" and config.rollout_mode == "step" and config.step_score == "turn":
+        raise ConfigError(
+            "pg_variant=topr splits the samples by their episode's score (> 0: positive, as "
+            "ROLL's get_episode_scores), but with rollout_mode=step and step_score=turn a "
+            "sample's score is its turn's reward: set step_score=episode"
+        )
 
 
 def device_mappings(config: TrainConfig) -> dict[str, list[int]]:

@@ -28,6 +28,7 @@ from agentgym.choices import (
     ADVANTAGE_ESTIMATORS,
     KL_PENALTIES,
     LOSS_AGG_MODES,
+    PG_VARIANTS,
     REWARD_NORMS,
     SAMPLE_MODES,
     STEP_SCORES,
@@ -182,6 +183,15 @@ class TrainConfig(Section):
     rl_loss_coef: NonNegativeFloat = 1.0
     use_topr_loss: Bool = False
     l2: NonNegativeFloat = 0.0
+    pg_variant: Choice("pg_variant", PG_VARIANTS) = "ppo"  # type: ignore[valid-type]
+    topr_positive_weight: NonNegativeFloat = 1.0
+    topr_negative_weight: NonNegativeFloat = 1.0
+    tis_lower_bound: NonNegativeFloat = 0.0
+    tis_upper_bound: NonNegativeFloat = 1.0
+    cispo_epsilon_low: NonNegativeFloat = 0.1
+    cispo_epsilon_high: NonNegativeFloat = 0.1
+    cispo_use_unified_mask: Bool = False
+    kimi15_tau: NonNegativeFloat = 0.1
 
     # envs and roles
     train_env_manager: EnvManagerSection = EnvManagerSection()

@@ -23,6 +23,7 @@ double each run (59 s against 26 s on the 2-core machine); what the files ask of
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
+from agentgym.choices import PG_VARIANTS
 from agentgym.errors import ConfigError
 from agentgym.formats.roll import Translation, from_roll, interpolated_keys
 from agentgym.formats.roll_training import PG_VARIANT_KEYS
@@ -53,11 +55,8 @@ EXPECTED: dict[str, str | None] = {
     A + "agent_val_frozen_lake_gigpo.yaml": TRAINS,
     A + "agentic_val_sokoban_gigpo.yaml": TRAINS,
     M + "agentic_val_webshop_gigpo.yaml": TRAINS,
-    # until pg_variant joins the schema (the wiring of trainers/pg_variants.py)
-    A + "agent_val_frozen_lake-pg_var.yaml": "invalid config:\n  unknown key 'pg_variant'.",
-    A + "agent_val_frozen_lake-pg_var_is_correct.yaml": (
-        "invalid config:\n  unknown key 'pg_variant'."
-    ),
+    A + "agent_val_frozen_lake-pg_var.yaml": TRAINS,
+    A + "agent_val_frozen_lake-pg_var_is_correct.yaml": TRAINS,
     # until dynamic batching and LoRA are built
     A + "agentic_val_sokoban_dynamic_batching.yaml": (
         "actor_train.use_dynamic_batching_in_train=True: dynamic batching (micro-batches by "
@@ -181,6 +180,53 @@ def test_a_file_trains_two_steps(name: str, tmp_path: Path, tiny_model_dir: Path
     lines = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").open()]
     assert {line["step"] for line in lines if "train/all/trajectories" in line} == {1, 2}
     assert [line["step"] for line in lines if "actor/loss" in line] == [1, 2]  # both updated
+
+
+VARIANT_METRICS = {
+    "vanilla": set(),
+    "ppo": {"actor/clipfrac", "actor/clipfrac_low", "actor/clipfrac_high"},
+    "tis": {"actor/tis_lower_clipfrac", "actor/tis_upper_clipfrac", "actor/tis_weight_mean"},
+    "topr": {"actor/topr_positive_frac", "actor/topr_negative_clipfrac"},
+    "cispo": {
+        "actor/cispo_lower_clipfrac",
+        "actor/cispo_upper_clipfrac",
+        "actor/cispo_weight_mean",
+    },
+    "kimi15": {"actor/kimi15_reg"},
+}
+"""The metrics only each variant's loss reports: their presence says which loss trained."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", PG_VARIANTS)
+def test_each_pg_variant_trains_two_steps_from_rolls_pg_var_file(
+    variant: str, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    # In this process, on the torch strategy (the file's megatron_train runs it above, as
+    # a subprocess): the loss is what differs between variants, not the strategy.
+    from agentgym.builders import build_train
+    from agentgym.trainers.grpo import train
+
+    name = A + "agent_val_frozen_lake-pg_var.yaml"
+    out = tmp_path / "run"
+    overrides = [
+        *shrink(composed(name), out, tiny_model_dir),
+        f"actor_train.pg_variant={variant}",
+        "actor_train.strategy_args.strategy_name=torch",
+        "~actor_train.strategy_args.strategy_config",
+        "eval_steps=0",
+    ]
+    config, resolved = check(composed(name, overrides))
+    assert config.pg_variant == variant
+    grpo, parts = build_train(config, resolved)
+    train(grpo, parts)
+    lines = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").open()]
+    updates = [line for line in lines if "actor/loss" in line]
+    assert [line["step"] for line in updates] == [1, 2]
+    every = set().union(*VARIANT_METRICS.values())
+    for line in updates:
+        assert every & set(line) == VARIANT_METRICS[variant]
+        assert math.isfinite(line["actor/loss"]) and math.isfinite(line["actor/grad_norm"])
 
 
 # The translation pieces these files need, on the files themselves ------------------------

@@ -1,5 +1,6 @@
-"""The recipe's per-micro-batch losses: the policy's (PPO-clip with KL, SFT, TOPR and
-entropy terms, as ROLL's actor mixes them) and the critic's (GAE's value loss).
+"""The recipe's per-micro-batch losses: the policy's (``pg_variant``'s loss, PPO-clip by
+default, with KL, SFT, TOPR and entropy terms, as ROLL's actor mixes them) and the
+critic's (GAE's value loss).
 
 Each is called by a strategy once per micro-batch and returns that micro-batch's
 *share* of the mini-batch loss (normalized by the mini-batch's token and sequence
@@ -14,9 +15,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from agentgym.choices import PG_VARIANT_KNOBS
 from agentgym.trainers.gae import value_loss
 from agentgym.trainers.loss_terms import mix_losses, sft_loss
-from agentgym.trainers.losses import POLICY_LOSS_REDUCE, aggregate_loss, kl_penalty, policy_loss
+from agentgym.trainers.losses import POLICY_LOSS_REDUCE, aggregate_loss, kl_penalty
+from agentgym.trainers.pg_variants import PG_VARIANTS
 from agentgym.trainers.strategies import LossInputs, Metric, ModelOutputs
 from agentgym.trajectory import RolloutBatch
 
@@ -25,14 +28,18 @@ if TYPE_CHECKING:
 
 
 class PolicyLoss:
-    """The per-micro-batch GRPO loss: PPO-clip, plus KL, SFT and entropy terms when configured.
+    """The per-micro-batch GRPO loss: ``pg_variant``'s policy loss, plus KL, SFT and
+    entropy terms when configured.
 
     As ROLL's actor adds them (:func:`~agentgym.trainers.loss_terms.mix_losses`)::
 
         rl_loss_coef * (pg + kl_loss_coef * kl) + sft_loss_coef * sft - entropy_loss_coef * entropy
 
-    where ``pg`` weighs each sample by ``batch.sample_weights`` when set
-    (``length_loss_weight``, ``difficulty_loss_weight``) and ``sft`` is
+    where ``pg`` is ``PG_VARIANTS[pg_variant]`` (:mod:`~agentgym.trainers.pg_variants`;
+    ``ppo``, PPO-clip, by default) called with the knobs ``PG_VARIANT_KNOBS`` names and
+    each sample's ``batch.scores`` (TOPR splits by them), weighing each sample by
+    ``batch.sample_weights`` when set (``length_loss_weight``,
+    ``difficulty_loss_weight``), and ``sft`` is
     :func:`~agentgym.trainers.loss_terms.sft_loss` (TOPR's with ``use_topr_loss``).
 
     ``num_tokens``/``num_seqs`` are the mini-batch's counts, so each micro-batch's
@@ -46,6 +53,8 @@ class PolicyLoss:
             "num_tokens": num_tokens,
             "num_seqs": num_seqs,
         }
+        self.variant = PG_VARIANTS[config.pg_variant]
+        self.knobs = {key: getattr(config, key) for key in PG_VARIANT_KNOBS[config.pg_variant]}
         self.needs = LossInputs(
             entropy=config.entropy_loss_coef != 0,
             logits=config.use_kl_loss and config.kl_penalty == "full",
@@ -60,18 +69,17 @@ class PolicyLoss:
         if batch.old_logprobs is None or batch.advantages is None:
             raise ValueError("the batch needs old_logprobs and advantages (prepare_batch)")
         mask = batch.loss_mask.float()  # [b, t]
-        loss, raw = policy_loss(
+        loss, raw = self.variant(
             outputs.logprobs,
             batch.old_logprobs,
             batch.advantages,
             mask,
-            clip_ratio_low=config.clip_ratio_low,
-            clip_ratio_high=config.clip_ratio_high,
-            dual_clip=config.dual_clip_ratio_c,
+            **self.knobs,
+            scores=batch.scores,
             loss_agg_mode=config.loss_agg_mode,
             is_weights=batch.is_weights,
             sample_weights=batch.sample_weights,
-            **self.counts,  # type: ignore[arg-type]
+            **self.counts,
         )
         empty = not bool(mask.any())
         metrics = {

@@ -21,7 +21,7 @@ kimi15     ``-A * lp + kimi15_tau / 2 * (lp - lp_old) ** 2`` (Kimi k1.5,
 
 Every function here has one signature: the ``[B, T]`` tensors of
 :func:`~agentgym.trainers.losses.policy_loss`, its own knobs as required keyword
-arguments named as the config keys (:data:`PG_VARIANT_KNOBS`), then the
+arguments named as the config keys (:data:`~agentgym.choices.PG_VARIANT_KNOBS`), then the
 :class:`VariantArgs` that every variant takes: ``scores`` (each sample's
 episode score; only ``topr`` reads it) and what ``policy_loss`` takes after its
 clip ratios (``is_weights``, ROLL's ``train_infer_correction.is_weight``,
@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import torch
 from torch import Tensor
 
+from agentgym.choices import PG_VARIANT_KNOBS as PG_VARIANT_KNOBS  # its knobs, re-exported
 from agentgym.trainers.loss_terms import topr_loss
 from agentgym.trainers.losses import (
     check_policy_inputs,
@@ -389,15 +390,3 @@ PG_VARIANTS: dict[str, PgVariant] = {
     "kimi15": kimi15,
 }
 """``pg_variant`` → its loss (keys: :data:`agentgym.choices.PG_VARIANTS`)."""
-
-PG_VARIANT_KNOBS: dict[str, tuple[str, ...]] = {
-    "vanilla": (),
-    "ppo": ("clip_ratio_low", "clip_ratio_high", "dual_clip_ratio_c"),
-    "tis": ("tis_lower_bound", "tis_upper_bound"),
-    "topr": ("topr_positive_weight", "topr_negative_weight"),
-    "cispo": ("cispo_epsilon_low", "cispo_epsilon_high", "cispo_use_unified_mask"),
-    "kimi15": ("kimi15_tau",),
-}
-"""The keyword arguments each variant requires besides the common ones, named as
-the config keys that set them (``dual_clip_ratio_c``: the recipe's value, which is
-ROLL's ``1 + 2 * pg_clip`` with ``dual_clip_loss``)."""

@@ -39,6 +39,17 @@ class LossConfig:
     old_logprobs: str
     """Where the ratio's denominator comes from: ``engine`` or ``trainer``."""
     train_infer_correction: CorrectionConfig
+    pg_variant: str
+    """The policy loss: a key of :data:`~agentgym.trainers.pg_variants.PG_VARIANTS`; it
+    reads the fields :data:`~agentgym.choices.PG_VARIANT_KNOBS` names."""
+    topr_positive_weight: float
+    topr_negative_weight: float
+    tis_lower_bound: float
+    tis_upper_bound: float
+    cispo_epsilon_low: float
+    cispo_epsilon_high: float
+    cispo_use_unified_mask: bool
+    kimi15_tau: float
 
 
 @dataclass(frozen=True)
