@@ -41,7 +41,7 @@ from agentgym.trainers.recipe_config import AdvantageConfig, GRPOConfig, LossCon
 from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.run_state import RUN_CONFIG
 from agentgym.trainers.strategies import Critic, Strategy, build_critic, build_strategy
-from agentgym.trainers.strategies.optim import optimizer_steps
+from agentgym.trainers.strategies.optim import OptimizerConfig, optimizer_steps
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
 
 
@@ -196,17 +196,14 @@ def _training_settings(config: TrainConfig, role_name: str, *, passes: int) -> d
     for the policy; ROLL's critic makes one) set the optimizer steps of the run."""
     role = getattr(config, role_name)
     args = role.training_args
-    return {
-        "dtype": role.model_args.dtype,
-        "device": config.model.device,
-        "gradient_checkpointing": not role.model_args.disable_gradient_checkpointing,
-        "attn_implementation": role.model_args.attn_implementation,
-        "learning_rate": args.learning_rate,
-        "weight_decay": args.weight_decay,
-        "warmup_steps": args.warmup_steps,
-        "lr_scheduler_type": args.lr_scheduler_type,
-        "warmup_ratio": args.warmup_ratio,
-        "total_steps": optimizer_steps(
+    optimizer = OptimizerConfig(
+        learning_rate=args.learning_rate,
+        weight_decay=args.weight_decay,
+        betas=OptimizerConfig.betas,
+        lr_scheduler_type=args.lr_scheduler_type,
+        warmup_steps=args.warmup_steps,
+        warmup_ratio=args.warmup_ratio,
+        total_steps=optimizer_steps(
             max_steps=config.max_steps,
             rollout_batch_size=config.rollout_batch_size,
             ppo_epochs=passes,
@@ -214,7 +211,14 @@ def _training_settings(config: TrainConfig, role_name: str, *, passes: int) -> d
             * args.gradient_accumulation_steps
             * data_parallel_size(config, role_name),
         ),
-        "max_grad_norm": config.max_grad_norm,
+        max_grad_norm=config.max_grad_norm,
+    )
+    return {
+        "dtype": role.model_args.dtype,
+        "device": config.model.device,
+        "gradient_checkpointing": not role.model_args.disable_gradient_checkpointing,
+        "attn_implementation": role.model_args.attn_implementation,
+        "optimizer": optimizer,
         "micro_batch_size": args.per_device_train_batch_size,
     }
 

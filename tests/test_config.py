@@ -434,18 +434,21 @@ def test_the_library_defaults_are_the_schemas() -> None:
     )
     defaults = {name: p.default for name, p in inspect.signature(TorchStrategy).parameters.items()}
     args = schema.actor_train.training_args
-    assert defaults["learning_rate"] == args.learning_rate
-    assert defaults["weight_decay"] == args.weight_decay
-    assert defaults["warmup_steps"] == args.warmup_steps
-    assert defaults["lr_scheduler_type"] == args.lr_scheduler_type
+    optimizer = defaults["optimizer"]
+    assert optimizer.learning_rate == args.learning_rate
+    assert optimizer.weight_decay == args.weight_decay
+    assert optimizer.warmup_steps == args.warmup_steps
+    assert optimizer.warmup_ratio == args.warmup_ratio
+    assert optimizer.lr_scheduler_type == args.lr_scheduler_type
+    assert optimizer.max_grad_norm == schema.max_grad_norm
     assert defaults["micro_batch_size"] == args.per_device_train_batch_size
-    assert defaults["max_grad_norm"] == schema.max_grad_norm
     assert defaults["dtype"] == schema.actor_train.model_args.dtype
     from agentgym.trainers.strategies.torch_critic import TorchCritic
 
     critic = {name: p.default for name, p in inspect.signature(TorchCritic).parameters.items()}
     critic_args = schema.critic.training_args
-    assert (critic["learning_rate"], critic["weight_decay"]) == (
+    assert critic["optimizer"] == optimizer
+    assert (optimizer.learning_rate, optimizer.weight_decay) == (
         critic_args.learning_rate,
         critic_args.weight_decay,
     )

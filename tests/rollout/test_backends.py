@@ -196,9 +196,10 @@ def test_hf_seeded_samples_do_not_depend_on_the_batch(model: Any, tiny_tokenizer
 def test_hf_backend_never_shares_the_trainers_tensors(tiny_model_dir: Path) -> None:
     """After a sync, an optimizer step of the trainer (which under async generation
     runs in a thread while episodes generate) leaves the engine's weights as synced."""
+    from agentgym.trainers.strategies.optim import OptimizerConfig
     from agentgym.trainers.strategies.torch_strategy import TorchStrategy
 
-    strategy = TorchStrategy(tiny_model_dir, learning_rate=1e-2)
+    strategy = TorchStrategy(tiny_model_dir, optimizer=OptimizerConfig(learning_rate=1e-2))
     backend = HFBackend.from_pretrained(str(tiny_model_dir))
     asyncio.run(backend.update_weights(strategy.export_weights()))
     synced = {name: tensor.clone() for name, tensor in backend.model.state_dict().items()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import cast
 
 import pytest
 import torch
@@ -18,15 +18,17 @@ from agentgym.trainers.objectives import ValueLoss
 from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.run_state import CRITIC_DIR, checkpoint, restore
 from agentgym.trainers.strategies import micro_batches
+from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.strategies.torch_critic import TorchCritic
 from agentgym.trainers.updates import update_critic
 from agentgym.trajectory import RolloutBatch
 from tests.trainers.test_update_path import ragged_batch
 
 
-def critic(model_dir: Path, **settings: Any) -> TorchCritic:
+def critic(model_dir: Path, learning_rate: float = OptimizerConfig.learning_rate) -> TorchCritic:
     torch.manual_seed(0)
-    return TorchCritic(model_dir, micro_batch_size=2, max_grad_norm=None, **settings)
+    optimizer = OptimizerConfig(learning_rate=learning_rate, max_grad_norm=None)
+    return TorchCritic(model_dir, micro_batch_size=2, optimizer=optimizer)
 
 
 def with_targets(batch: RolloutBatch) -> RolloutBatch:

@@ -14,13 +14,17 @@ from agentgym.cluster import Cluster, plan_placement, start_cluster
 from agentgym.schema import validate
 from agentgym.trainers.ranks import CriticGroup, start_rank_group
 from agentgym.trainers.strategies import Critic
+from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.strategies.torch_critic import TorchCritic
 from agentgym.trainers.updates import update_critic
 from tests.test_config import composed
 from tests.trainers.test_critic import with_targets
 from tests.trainers.test_update_path import ragged_batch
 
-SETTINGS: dict[str, Any] = {"learning_rate": 1e-2, "max_grad_norm": 1.0, "micro_batch_size": 2}
+SETTINGS: dict[str, Any] = {
+    "optimizer": OptimizerConfig(learning_rate=1e-2, max_grad_norm=1.0),
+    "micro_batch_size": 2,
+}
 CONFIG = default_grpo_config(
     adv_estimator="gae", critic_micro_batch_size=1, critic_gradient_accumulation_steps=6
 )

@@ -12,6 +12,7 @@ import torch
 
 from agentgym.builders import default_grpo_config
 from agentgym.trainers.strategies import hf_folder
+from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.strategies.torch_critic import TorchCritic
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
 from agentgym.trainers.updates import update_critic, update_policy
@@ -43,8 +44,11 @@ def small_shards(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hf_folder, "MAX_SHARD_SIZE", "100KB")
 
 
+LR_1E_2 = OptimizerConfig(learning_rate=1e-2)
+
+
 def policy(model_dir: Path) -> TorchStrategy:
-    return TorchStrategy(model_dir, learning_rate=1e-2, micro_batch_size=2)
+    return TorchStrategy(model_dir, optimizer=LR_1E_2, micro_batch_size=2)
 
 
 def test_a_tied_sharded_policy_resumes_exactly(tied_dir: Path, tmp_path: Path, small_shards: None):
@@ -76,12 +80,12 @@ def test_a_sharded_critic_resumes_exactly(tied_dir: Path, tmp_path: Path, small_
     config = default_grpo_config(adv_estimator="gae")
     batch = with_targets(ragged_batch())
     torch.manual_seed(0)
-    trained = TorchCritic(tied_dir, micro_batch_size=2, learning_rate=1e-2)
+    trained = TorchCritic(tied_dir, micro_batch_size=2, optimizer=LR_1E_2)
     update_critic(config, trained, batch, step=1)
     trained.save(tmp_path)
     assert len(hf_folder.weight_files(tmp_path / "model")) > 1
     torch.manual_seed(1)
-    resumed = TorchCritic(tied_dir, micro_batch_size=2, learning_rate=1e-2)
+    resumed = TorchCritic(tied_dir, micro_batch_size=2, optimizer=LR_1E_2)
     resumed.load(tmp_path)
     torch.testing.assert_close(resumed.values(batch), trained.values(batch), rtol=0, atol=0)
     update_critic(config, trained, batch, step=2)

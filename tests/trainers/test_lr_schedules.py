@@ -5,6 +5,7 @@ count as ROLL computes it."""
 from __future__ import annotations
 
 import math
+import pickle
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from agentgym.builders import strategy_settings
 from agentgym.schema import validate
 from agentgym.trainers.strategies.optim import (
     LR_SCHEDULERS,
+    OptimizerConfig,
     build_optimizer,
     lr_schedule,
     optimizer_steps,
@@ -46,10 +48,9 @@ def test_schedules_match_transformers_get_scheduler(name: str, warmup: int, tota
 
     ours, our_schedule = build_optimizer(
         torch.nn.Linear(1, 1),
-        learning_rate=2.0,
-        weight_decay=0.0,
-        betas=(0.9, 0.999),
-        schedule=lr_schedule(name, warmup_steps=warmup, total_steps=total),
+        OptimizerConfig(
+            learning_rate=2.0, lr_scheduler_type=name, warmup_steps=warmup, total_steps=total
+        ),
     )
     theirs = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
     their_schedule = get_scheduler(name, theirs, num_warmup_steps=warmup, num_training_steps=total)
@@ -102,5 +103,8 @@ def test_the_runs_optimizer_steps_as_roll_counts_them() -> None:
         )
     config = validate(OmegaConf.to_container(composed, resolve=True))  # type: ignore[arg-type]
     settings = strategy_settings(config, Path("unused"), needs_reference=False)
-    assert (settings["total_steps"], settings["warmup_ratio"]) == (20, 0.1)
-    assert settings["lr_scheduler_type"] == "cosine"
+    optimizer = settings["optimizer"]
+    assert (optimizer.total_steps, optimizer.warmup_ratio) == (20, 0.1)
+    assert optimizer.lr_scheduler_type == "cosine"
+    # a rank group's actors receive the settings pickled
+    assert pickle.loads(pickle.dumps(settings)) == settings

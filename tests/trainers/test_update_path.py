@@ -15,6 +15,7 @@ from agentgym.trainers.loss_terms import sample_weights
 from agentgym.trainers.losses import LOSS_AGG_MODES
 from agentgym.trainers.objectives import PolicyLoss
 from agentgym.trainers.strategies import micro_batches
+from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
 from agentgym.trainers.updates import update_policy
 from agentgym.trajectory import RolloutBatch
@@ -54,7 +55,10 @@ def ragged_batch(seed: int = 0) -> RolloutBatch:
 def strategy(model_dir: Path) -> TorchStrategy:
     torch.manual_seed(0)
     return TorchStrategy(
-        model_dir, learning_rate=0.0, max_grad_norm=None, temperature=0.7, micro_batch_size=2
+        model_dir,
+        optimizer=OptimizerConfig(learning_rate=0.0, max_grad_norm=None),
+        temperature=0.7,
+        micro_batch_size=2,
     )
 
 

@@ -13,13 +13,13 @@ from agentgym.builders import default_grpo_config
 from agentgym.cluster import Cluster, plan_placement, start_cluster
 from agentgym.trainers.ranks import PolicyGroup, deal, start_rank_group
 from agentgym.trainers.strategies import Strategy
+from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
 from agentgym.trainers.updates import update_policy
 from tests.trainers.test_update_path import ragged_batch
 
 SETTINGS = {
-    "learning_rate": 1e-2,
-    "max_grad_norm": 1.0,
+    "optimizer": OptimizerConfig(learning_rate=1e-2, max_grad_norm=1.0),
     "temperature": 0.7,
     "micro_batch_size": 2,
 }

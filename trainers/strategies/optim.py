@@ -1,13 +1,14 @@
-"""The optimizer and the learning-rate schedule every torch-side strategy uses (the
-policy, the critic; Megatron takes the schedule): AdamW, transformers' schedules with
-ROLL's warmup and step count, and the step that sums gradients over a data-parallel
-group, clips and steps.
+"""The optimizer and the learning-rate schedule every strategy takes
+(:class:`OptimizerConfig`): AdamW, transformers' schedules with ROLL's warmup and
+step count, and the step that sums gradients over a data-parallel group, clips and
+steps (the torch-side strategies; Megatron takes the settings and the schedule).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -116,21 +117,62 @@ def lr_schedule(
     return lambda step: schedule(step, warmup, total)
 
 
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """A training role's optimizer and learning-rate schedule: ROLL's
+    ``training_args`` and the top-level ``max_grad_norm``. Every strategy (policy,
+    critic; torch, Megatron, FSDP2) takes one.
+
+    Attributes:
+        learning_rate: The (Adam)W learning rate after warmup.
+        weight_decay: Decoupled weight decay.
+        betas: Adam betas.
+        lr_scheduler_type: A key of :data:`LR_SCHEDULERS`.
+        warmup_steps: Optimizer steps of linear warmup from 0.
+        warmup_ratio: Warmup as a share of ``total_steps`` when ``warmup_steps`` is 0.
+        total_steps: The run's optimizer steps (:func:`optimizer_steps`); needed by
+            ``linear``, ``cosine`` and ``warmup_ratio``.
+        max_grad_norm: Clip the global gradient norm to this (None: no clipping).
+    """
+
+    learning_rate: float = 3e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    lr_scheduler_type: str = "constant"
+    warmup_steps: int = 0
+    warmup_ratio: float = 0.0
+    total_steps: int | None = None
+    max_grad_norm: float | None = 1.0
+
+    def schedule(self) -> Callable[[int], float]:
+        """The learning-rate factor of each optimizer step (:func:`lr_schedule`).
+
+        Raises:
+            ValueError: As :func:`lr_schedule`.
+        """
+        return lr_schedule(
+            self.lr_scheduler_type,
+            warmup_steps=self.warmup_steps,
+            warmup_ratio=self.warmup_ratio,
+            total_steps=self.total_steps,
+        )
+
+
 def build_optimizer(
-    model: torch.nn.Module,
-    *,
-    learning_rate: float,
-    weight_decay: float,
-    betas: Sequence[float],
-    schedule: Callable[[int], float],
+    model: torch.nn.Module, config: OptimizerConfig
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over ``model``'s parameters, its learning rate times ``schedule(step)``
-    (:func:`lr_schedule`)."""
+    """AdamW over ``model``'s trainable parameters (a LoRA adapter's alone, when the
+    base is frozen), its learning rate times ``config.schedule()(step)``.
+
+    Raises:
+        ValueError: On a schedule :func:`lr_schedule` refuses.
+    """
+    schedule = config.schedule()
     optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=learning_rate,
-        weight_decay=weight_decay,
-        betas=(float(betas[0]), float(betas[1])),
+        [p for p in model.parameters() if p.requires_grad],
+        lr=config.learning_rate,
+        weight_decay=config.weight_decay,
+        betas=(float(config.betas[0]), float(config.betas[1])),
     )
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 

@@ -18,7 +18,7 @@ import torch
 
 from agentgym.trainers.strategies.base import Metric, ValueLossFunction, accumulated_step
 from agentgym.trainers.strategies.hf_folder import load_weights, save_model
-from agentgym.trainers.strategies.optim import build_optimizer, lr_schedule, optimizer_step
+from agentgym.trainers.strategies.optim import OptimizerConfig, build_optimizer, optimizer_step
 from agentgym.trainers.strategies.torch_strategy import to_device
 from agentgym.trajectory import RolloutBatch
 
@@ -44,16 +44,9 @@ class TorchCritic:
         dtype: Parameter dtype.
         device: ``cpu`` or ``cuda``.
         gradient_checkpointing: Trade compute for activation memory.
-        learning_rate: AdamW learning rate after warmup.
-        weight_decay: AdamW weight decay.
-        warmup_steps: Optimizer steps of linear warmup from 0.
-        lr_scheduler_type: A key of :data:`LR_SCHEDULERS`.
-        warmup_ratio: Warmup as a share of ``total_steps`` when ``warmup_steps`` is 0.
-        total_steps: The critic's optimizer steps over the run (ROLL's count has no
-            ``ppo_epochs``); needed by ``linear``, ``cosine`` and ``warmup_ratio``.
-        max_grad_norm: Clip the global gradient norm to this (None: no clipping).
+        optimizer: AdamW, its schedule and gradient clipping (``total_steps``: the
+            critic's optimizer steps over the run; ROLL's count has no ``ppo_epochs``).
         micro_batch_size: Rows per forward pass of :meth:`values`.
-        betas: AdamW betas.
         attn_implementation: Passed to ``from_pretrained`` (None: transformers' default).
         seed: Seeds the fresh value head's initialization (the global RNG is left as it was),
             so that a run repeats.
@@ -69,29 +62,17 @@ class TorchCritic:
         dtype: str = "float32",
         device: str = "cpu",
         gradient_checkpointing: bool = False,
-        learning_rate: float = 3e-4,
-        weight_decay: float = 0.0,
-        warmup_steps: int = 0,
-        lr_scheduler_type: str = "constant",
-        warmup_ratio: float = 0.0,
-        total_steps: int | None = None,
-        max_grad_norm: float | None = 1.0,
+        optimizer: OptimizerConfig = OptimizerConfig(),
         micro_batch_size: int = 128,
-        betas: Sequence[float] = (0.9, 0.999),
         attn_implementation: str | None = None,
         seed: int = 0,
     ) -> None:
         from transformers import AutoConfig, AutoModelForTokenClassification
 
-        schedule = lr_schedule(
-            lr_scheduler_type,
-            warmup_steps=warmup_steps,
-            warmup_ratio=warmup_ratio,
-            total_steps=total_steps,
-        )
+        optimizer.schedule()  # a bad schedule fails before the model is read
         self.device = torch.device(device)
         self.micro_batch_size = micro_batch_size
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm = optimizer.max_grad_norm
         config = AutoConfig.from_pretrained(str(model_path), num_labels=1)
         config.classifier_dropout = 0.0  # set after loading: from_pretrained drops unknown keys
         extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
@@ -103,13 +84,7 @@ class TorchCritic:
         self.model = model.to(self.device)
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
-        self.optimizer, self.scheduler = build_optimizer(
-            self.model,
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            betas=betas,
-            schedule=schedule,
-        )
+        self.optimizer, self.scheduler = build_optimizer(self.model, optimizer)
 
     def train(self, mode: bool = True) -> None:
         """Training or evaluation mode of the value model."""

@@ -16,7 +16,7 @@ from agentgym.trainers.strategies.base import (
     micro_batches,
 )
 from agentgym.trainers.strategies.hf_folder import load_weights, save_model
-from agentgym.trainers.strategies.optim import build_optimizer, lr_schedule, optimizer_step
+from agentgym.trainers.strategies.optim import OptimizerConfig, build_optimizer, optimizer_step
 from agentgym.trajectory import RolloutBatch
 
 
@@ -63,18 +63,10 @@ class TorchStrategy:
         dtype: Parameter dtype of the policy and the reference (``float32``, ``bfloat16``).
         device: ``cpu`` or ``cuda``.
         gradient_checkpointing: Trade compute for activation memory.
-        learning_rate: AdamW learning rate after warmup.
-        weight_decay: AdamW weight decay.
-        warmup_steps: Optimizer steps of linear warmup from 0.
-        lr_scheduler_type: A key of :data:`LR_SCHEDULERS`.
-        warmup_ratio: Warmup as a share of ``total_steps`` when ``warmup_steps`` is 0.
-        total_steps: The run's optimizer steps (:func:`optimizer_steps`); needed by
-            ``linear``, ``cosine`` and ``warmup_ratio``.
-        max_grad_norm: Clip the global gradient norm to this (None: no clipping).
+        optimizer: AdamW, its schedule and gradient clipping.
         temperature: The sampling temperature; logits are divided by it.
         micro_batch_size: Rows per forward pass of :meth:`logprobs`.
         reference_path: The frozen reference model's folder (None: no reference).
-        betas: AdamW betas.
         attn_implementation: Passed to ``from_pretrained`` (None: transformers' default).
     """
 
@@ -88,30 +80,18 @@ class TorchStrategy:
         dtype: str = "float32",
         device: str = "cpu",
         gradient_checkpointing: bool = False,
-        learning_rate: float = 3e-4,
-        weight_decay: float = 0.0,
-        warmup_steps: int = 0,
-        lr_scheduler_type: str = "constant",
-        warmup_ratio: float = 0.0,
-        total_steps: int | None = None,
-        max_grad_norm: float | None = 1.0,
+        optimizer: OptimizerConfig = OptimizerConfig(),
         temperature: float = 1.0,
         micro_batch_size: int = 128,
         reference_path: str | Path | None = None,
-        betas: Sequence[float] = (0.9, 0.999),
         attn_implementation: str | None = None,
     ) -> None:
-        schedule = lr_schedule(
-            lr_scheduler_type,
-            warmup_steps=warmup_steps,
-            warmup_ratio=warmup_ratio,
-            total_steps=total_steps,
-        )
+        optimizer.schedule()  # a bad schedule fails before the model is read
         self.model_path = Path(model_path)
         self.device = torch.device(device)
         self.temperature = temperature
         self.micro_batch_size = micro_batch_size
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm = optimizer.max_grad_norm
         self.model = self._load(model_path, dtype, attn_implementation)
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
@@ -119,13 +99,7 @@ class TorchStrategy:
         if reference_path is not None:
             self.reference = self._load(reference_path, dtype, attn_implementation)
             self.reference.eval().requires_grad_(False)
-        self.optimizer, self.scheduler = build_optimizer(
-            self.model,
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            betas=betas,
-            schedule=schedule,
-        )
+        self.optimizer, self.scheduler = build_optimizer(self.model, optimizer)
 
     def _load(self, path: str | Path, dtype: str, attn_implementation: str | None) -> Any:
         from transformers import AutoModelForCausalLM

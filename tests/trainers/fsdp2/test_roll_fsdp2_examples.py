@@ -21,6 +21,7 @@ from agentgym.formats.fit import Machine, fit_to_machine
 from agentgym.formats.roll import from_roll
 from agentgym.schema import validate
 from agentgym.trainers.strategies import build_strategy
+from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.updates import update_policy
 from tests.trainers.megatron.ranks import grpo_config
 from tests.trainers.test_update_path import ragged_batch
@@ -82,7 +83,7 @@ def test_the_webshop_amd_file_trains_with_its_fsdp2_keys(tiny_model_dir: Path) -
         tiny_model_dir,
         strategy.strategy_config,
         dtype=config.actor_train.model_args.dtype,
-        learning_rate=1e-3,
+        optimizer=OptimizerConfig(learning_rate=1e-3),
     )
     try:
         before = {name: tensor.clone() for name, tensor in policy.export_weights()}

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from agentgym.builders import default_grpo_config
+from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.updates import update_policy
 from tests.trainers.megatron.launch import Dealt
 from tests.trainers.test_update_path import ragged_batch
@@ -16,8 +17,7 @@ from tests.trainers.test_update_path import ragged_batch
 # implementations' float noise (summation order) shows up at lr × noise; at 1e-3
 # that stays under 1e-5 while every weight still moves by ~1e-3 per step.
 SETTINGS: dict[str, Any] = {
-    "learning_rate": 1e-3,
-    "max_grad_norm": 1.0,
+    "optimizer": OptimizerConfig(learning_rate=1e-3, max_grad_norm=1.0),
     "temperature": 0.7,
     "micro_batch_size": 2,
 }

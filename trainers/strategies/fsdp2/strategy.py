@@ -23,7 +23,7 @@ from agentgym.trainers.strategies.base import LossFunction, Metric, MetricReduce
 from agentgym.trainers.strategies.fsdp2 import shard as sharding
 from agentgym.trainers.strategies.fsdp2.options import parse_dtype
 from agentgym.trainers.strategies.fsdp2.options import wrap_policy as parse_wrap_policy
-from agentgym.trainers.strategies.optim import build_optimizer, lr_schedule
+from agentgym.trainers.strategies.optim import OptimizerConfig, build_optimizer
 from agentgym.trainers.strategies.torch_strategy import forward, to_device
 from agentgym.trajectory import RolloutBatch
 
@@ -38,9 +38,8 @@ class FSDP2Strategy:
             updates them in it.
         device: ``cpu`` (gloo) or ``cuda`` (NCCL; this rank's current device).
         gradient_checkpointing: Recompute each layer's activations in backward.
-        learning_rate, weight_decay, warmup_steps, lr_scheduler_type, warmup_ratio,
-        total_steps, max_grad_norm, temperature, micro_batch_size, reference_path,
-        betas, attn_implementation: As :class:`~.torch_strategy.TorchStrategy`.
+        optimizer, temperature, micro_batch_size, reference_path, attn_implementation:
+            As :class:`~.torch_strategy.TorchStrategy`.
         fsdp_size: Ranks of a sharding group (ROLL's key): <= 1 or >= the world size
             shard over all ranks; a divisor in between is hybrid sharding (replicas
             of ``fsdp_size``-way shards).
@@ -68,17 +67,10 @@ class FSDP2Strategy:
         dtype: str = "float32",
         device: str = "cpu",
         gradient_checkpointing: bool = False,
-        learning_rate: float = 3e-4,
-        weight_decay: float = 0.0,
-        warmup_steps: int = 0,
-        lr_scheduler_type: str = "constant",
-        warmup_ratio: float = 0.0,
-        total_steps: int | None = None,
-        max_grad_norm: float | None = 1.0,
+        optimizer: OptimizerConfig = OptimizerConfig(),
         temperature: float = 1.0,
         micro_batch_size: int = 128,
         reference_path: str | Path | None = None,
-        betas: Sequence[float] = (0.9, 0.999),
         attn_implementation: str | None = None,
         fsdp_size: int = 1,
         param_dtype: str | None = None,
@@ -89,17 +81,12 @@ class FSDP2Strategy:
         reduce_scatter_during_grad_accumulation: bool = True,
         async_save_ckpt: bool = False,
     ) -> None:
-        schedule = lr_schedule(
-            lr_scheduler_type,
-            warmup_steps=warmup_steps,
-            warmup_ratio=warmup_ratio,
-            total_steps=total_steps,
-        )
+        optimizer.schedule()  # a bad schedule fails before the model is read
         self.model_path = Path(model_path)
         self.device = _device(device)
         self.temperature = temperature
         self.micro_batch_size = micro_batch_size
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm = optimizer.max_grad_norm
         self.reduce_each_micro_batch = reduce_scatter_during_grad_accumulation
         self.dtype = parse_dtype("dtype", dtype)
         computed = parse_dtype("param_dtype", param_dtype)
@@ -118,13 +105,7 @@ class FSDP2Strategy:
         if reference_path is not None:
             self.reference = self._build(Path(reference_path), False)
             self.reference.eval().requires_grad_(False)
-        self.optimizer, self.scheduler = build_optimizer(
-            self.model,
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            betas=betas,
-            schedule=schedule,
-        )
+        self.optimizer, self.scheduler = build_optimizer(self.model, optimizer)
 
     def _build(self, path: Path, gradient_checkpointing: bool) -> Any:
         from transformers import AutoModelForCausalLM

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from agentgym.trainers.strategies.base import Metric
 from agentgym.trainers.strategies.megatron.weights import LAYOUTS, tp_merge
+from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trajectory import RolloutBatch
 
 
@@ -220,16 +221,14 @@ def broadcast_stage(
 def wrap_for_training(
     model: torch.nn.Module,
     config: Any,
+    settings: OptimizerConfig,
     *,
-    learning_rate: float,
-    weight_decay: float,
-    betas: Sequence[float],
-    max_grad_norm: float | None,
     use_distributed_optimizer: bool,
     overlap_grad_reduce: bool,
 ) -> tuple[Any, Any]:
     """megatron-core's DDP wrapper (gradients summed over DP: the losses are
-    already shares of the mini-batch) and optimizer (Adam, clipping)."""
+    already shares of the mini-batch) and optimizer (Adam, clipping) with
+    ``settings``' learning rate, weight decay, betas and clip."""
     from megatron.core.distributed import (
         DistributedDataParallel,
         DistributedDataParallelConfig,
@@ -256,12 +255,12 @@ def wrap_for_training(
     optimizer = get_megatron_optimizer(
         OptimizerConfig(
             optimizer="adam",
-            lr=learning_rate,
-            weight_decay=weight_decay,
-            adam_beta1=float(betas[0]),
-            adam_beta2=float(betas[1]),
+            lr=settings.learning_rate,
+            weight_decay=settings.weight_decay,
+            adam_beta1=float(settings.betas[0]),
+            adam_beta2=float(settings.betas[1]),
             adam_eps=1e-8,
-            clip_grad=max_grad_norm or 0.0,
+            clip_grad=settings.max_grad_norm or 0.0,
             use_distributed_optimizer=use_distributed_optimizer,
             params_dtype=config.params_dtype,
             bf16=config.bf16,

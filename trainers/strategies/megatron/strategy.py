@@ -34,6 +34,7 @@ from agentgym.trainers.strategies.megatron.weights import (
     local_rules,
     shapes_of,
 )
+from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trajectory import RolloutBatch
 
 
@@ -43,15 +44,11 @@ class MegatronStrategy:
     Args:
         model_path: A local Hugging Face model folder (Qwen2/2.5, Llama, Qwen3).
         dtype: Parameter dtype (``float32``, ``bfloat16``).
-        learning_rate: Adam learning rate after warmup.
-        weight_decay: Decoupled weight decay (megatron-core leaves biases and norms out).
-        warmup_steps, lr_scheduler_type, warmup_ratio, total_steps: The learning-rate
-            schedule, as the torch strategy's :func:`lr_schedule`.
-        max_grad_norm: Clip the global gradient norm to this (None: no clipping).
+        optimizer: megatron-core's Adam with these settings (its weight decay leaves
+            biases and norms out), the schedule and gradient clipping.
         temperature: The sampling temperature; logits are divided by it.
         micro_batch_size: Rows per forward pass of :meth:`logprobs`.
         reference_path: The frozen reference model's folder (None: no reference).
-        betas: Adam betas.
         tensor_model_parallel_size, pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size, context_parallel_size,
         expert_model_parallel_size, sequence_parallel, recompute_granularity,
@@ -73,17 +70,10 @@ class MegatronStrategy:
         model_path: str | Path,
         *,
         dtype: str = "float32",
-        learning_rate: float = 3e-4,
-        weight_decay: float = 0.0,
-        warmup_steps: int = 0,
-        lr_scheduler_type: str = "constant",
-        warmup_ratio: float = 0.0,
-        total_steps: int | None = None,
-        max_grad_norm: float | None = 1.0,
+        optimizer: OptimizerConfig = OptimizerConfig(),
         temperature: float = 1.0,
         micro_batch_size: int = 128,
         reference_path: str | Path | None = None,
-        betas: Sequence[float] = (0.9, 0.999),
         tensor_model_parallel_size: int = 1,
         pipeline_model_parallel_size: int = 1,
         virtual_pipeline_model_parallel_size: int | None = None,
@@ -99,8 +89,6 @@ class MegatronStrategy:
         attn_implementation: str | None = None,
     ) -> None:
         from transformers import AutoConfig
-
-        from agentgym.trainers.strategies.optim import lr_schedule
 
         self.parallelism = Parallelism(
             tensor_model_parallel_size,
@@ -118,13 +106,8 @@ class MegatronStrategy:
         self.hf_config = AutoConfig.from_pretrained(str(model_path))
         self.temperature = temperature
         self.micro_batch_size = micro_batch_size
-        self.learning_rate = learning_rate
-        self.schedule = lr_schedule(
-            lr_scheduler_type,
-            warmup_steps=warmup_steps,
-            warmup_ratio=warmup_ratio,
-            total_steps=total_steps,
-        )
+        self.learning_rate = optimizer.learning_rate
+        self.schedule = optimizer.schedule()
         self.step = 0
         self.tied = bool(self.hf_config.tie_word_embeddings)
         params_dtype = getattr(torch, dtype)
@@ -146,10 +129,7 @@ class MegatronStrategy:
             self.ddp, self.optimizer = parallel.wrap_for_training(
                 self.model,
                 self.config,
-                learning_rate=learning_rate,
-                weight_decay=weight_decay,
-                betas=betas,
-                max_grad_norm=max_grad_norm,
+                optimizer,
                 use_distributed_optimizer=use_distributed_optimizer,
                 overlap_grad_reduce=overlap_grad_reduce,
             )
