@@ -338,6 +338,7 @@ def buffer_source(config: TrainConfig, publisher: WeightPublisher) -> RolloutSou
 
 def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerParts:
     """``mode: explore``'s parts: the envs, the engines and a tracker (no strategy)."""
+        explorer_timeout=config.buffer.explorer_timeout,
     from transformers import AutoTokenizer
 
     check_envs(config)

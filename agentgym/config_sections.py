@@ -299,6 +299,7 @@ class Synchronizer(Section):
     sync_timeout: PositiveFloat = 3600.0
 
 
+    explorer_timeout: PositiveFloat = 120.0
 class Explorer(Section):
     """``explorer``: this explorer process."""
 

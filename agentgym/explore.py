@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from agentgym.fileio import write_json_atomic
 from agentgym.rollout.backends.base import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
-from agentgym.rollout.experience_buffer import ExperienceBuffer
+from agentgym.rollout.experience_buffer import ExperienceBuffer, ReservationRevokedError
 from agentgym.rollout.loop import RolloutConfig, collect
 from agentgym.rollout.published_weights import Published, latest, read_weights
 from agentgym.trainers.tracking import Tracker
 from agentgym.trajectory import Trajectory
+
+_T = TypeVar("_T")
 
 FINISHED = "trainer_finished.json"
 """The marker the trainer writes in the job folder when it published its last version."""
@@ -128,20 +131,26 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
                 continue
             started = time.perf_counter()
             result = loop.run_until_complete(
-                collect(
-                    parts.train_manager,
-                    parts.backend,
-                    parts.chat,
-                    parts.train_rollout,
-                    policy_version=current.version,
+                _heartbeats(
+                    parts,
+                    collect(
+                        parts.train_manager,
+                        parts.backend,
+                        parts.chat,
+                        parts.train_rollout,
+                        policy_version=current.version,
+                    ),
                 )
             )
-            written = parts.buffer.write(
-                parts.name,
-                _groups(result.trajectories),
-                cursor=dict(parts.train_manager.state_dict()),
-                reserved=groups,
-            )
+            try:
+                written = parts.buffer.write(
+                    parts.name,
+                    _groups(result.trajectories),
+                    cursor=dict(parts.train_manager.state_dict()),
+                )
+            except ReservationRevokedError as error:
+                log(f"{error}; playing on")
+                continue
             batches += 1
             seconds = time.perf_counter() - started
             metrics = {f"explore/{key}": value for key, value in result.metrics.items()}
@@ -159,6 +168,20 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
             finally:
                 parts.buffer.close()
                 loop.close()
+
+
+HEARTBEAT_SECONDS = 10.0
+"""How often a playing explorer tells the buffer it is alive."""
+
+
+async def _heartbeats(parts: ExplorerParts, play: Awaitable[_T]) -> _T:
+    """Await ``play``, telling the buffer every :data:`HEARTBEAT_SECONDS` that this
+    explorer is alive (the trainer gives up a silent explorer's slots)."""
+    task = asyncio.ensure_future(play)
+    while not task.done():
+        await asyncio.wait({task}, timeout=HEARTBEAT_SECONDS)
+        parts.buffer.heartbeat(parts.name)
+    return task.result()
 
 
 def _due(every: int, version: int) -> bool:

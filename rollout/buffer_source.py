@@ -41,6 +41,8 @@ class BufferSource:
         groups_per_step: Groups a step trains (``train_env_manager.env_groups``).
         ratio: The staleness bound in versions (for the ``async/staleness_*`` metrics).
         max_read_timeout: Seconds a step may wait for its groups before the run fails.
+        explorer_timeout: Seconds an explorer holding slots a step waits for may be
+            silent before its slots are given up.
         poll_seconds: How often a waiting step looks again.
         log: Where the waiting lines go.
     """
@@ -53,6 +55,7 @@ class BufferSource:
         groups_per_step: int,
         ratio: float,
         max_read_timeout: float,
+        explorer_timeout: float = 120.0,
         poll_seconds: float = 0.2,
         log: Callable[[str], None] = print,
     ) -> None:
@@ -61,6 +64,8 @@ class BufferSource:
         self.groups_per_step = groups_per_step
         self.ratio = ratio
         self.max_read_timeout = max_read_timeout
+        self.explorer_timeout = explorer_timeout
+        self.revoked = 0
         self.poll_seconds = poll_seconds
         self.log = log
 
@@ -91,6 +96,7 @@ class BufferSource:
                     f"{self.groups_per_step} groups in {self.buffer.path}; "
                     f"{self._explorers()}"
                 )
+            self._revoke_silent(step)
             if now - last_line >= WAIT_LOG_SECONDS:
                 last_line = now
                 self.log(
@@ -103,8 +109,23 @@ class BufferSource:
         metrics = {f"train/{key}": value for key, value in rollout_metrics(trajectories).items()}
         metrics |= {f"buffer/{state}": float(n) for state, n in self.buffer.counts().items()}
         metrics["time/trainer_wait"] = waited
+        metrics["buffer/revoked_slots"] = float(self.revoked)
         metrics |= staleness_metrics(trajectories, step - 1, self.ratio)
         return StepRollout(trajectories, metrics)
+
+    def _revoke_silent(self, step: int) -> None:
+        """Give up the slots of the explorers the step waits for that have been silent
+        longer than ``explorer_timeout`` (dead, or stuck)."""
+        waiting_for = set(self.buffer.blocking(self.groups_per_step))
+        for record in self.buffer.explorers():
+            silent = time.time() - record.last_heard
+            if record.name in waiting_for and silent > self.explorer_timeout:
+                slots = self.buffer.revoke(record.name)
+                self.revoked += slots
+                self.log(
+                    f"step {step}: explorer {record.name} silent for {silent:.0f} s "
+                    f"(buffer.explorer_timeout): its {slots} reserved slots are given up"
+                )
 
     def _explorers(self) -> str:
         explorers = self.buffer.explorers()

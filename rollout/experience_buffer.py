@@ -18,11 +18,15 @@ among its turns, and a SHA-256 checksum of its bytes. What it guarantees:
   ready again, in their old order. Consumption is thus decided by the checkpoint
   itself, in effect one transaction with it.
 * **Never a partial batch.** A lease gives all the groups asked for or none.
-* **Staleness.** Explorers reserve a batch of groups before playing it
-  (:meth:`ExperienceBuffer.reserve`), within the bound of
+* **Staleness.** Explorers reserve numbered slots for a batch before playing it
+  (:meth:`ExperienceBuffer.reserve`), within
   :func:`~agentgym.rollout.async_rollout.staleness_bound` over every explorer's
-  groups: no group is written that the trainer would take more than the bound's
-  versions behind.
+  slots, and the trainer takes slots in their order (admission order, as the
+  async rollout does): no group is trained more than the bound's versions behind,
+  whichever explorer finishes first. A restarted explorer fills the slots it held;
+  the trainer gives up the slots of an explorer silent for longer than
+  ``buffer.explorer_timeout`` (:meth:`ExperienceBuffer.revoke`), so a dead explorer
+  does not stop it.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from agentgym.trajectory import Trajectory
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS groups (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
+    slot INTEGER NOT NULL UNIQUE,
     explorer TEXT NOT NULL,
     seq INTEGER NOT NULL,
     group_id INTEGER NOT NULL,
@@ -55,15 +60,22 @@ CREATE TABLE IF NOT EXISTS groups (
     written_at REAL NOT NULL,
     UNIQUE (explorer, seq)
 );
-CREATE INDEX IF NOT EXISTS groups_state ON groups (state, id);
+CREATE INDEX IF NOT EXISTS groups_state ON groups (state, slot);
 CREATE TABLE IF NOT EXISTS explorers (
     name TEXT PRIMARY KEY,
     cursor TEXT,
     next_seq INTEGER NOT NULL DEFAULT 0,
-    reserved INTEGER NOT NULL DEFAULT 0,
+    slot_start INTEGER,
+    slot_count INTEGER NOT NULL DEFAULT 0,
     written INTEGER NOT NULL DEFAULT 0,
     started_at REAL NOT NULL,
     last_heard REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS slots (
+    next_slot INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS void_slots (
+    slot INTEGER PRIMARY KEY
 );
 """
 
@@ -86,7 +98,7 @@ class ExplorerRecord:
             none written yet).
         next_seq: The sequence number of its next group.
         written: Groups it has written.
-        reserved: Groups it has reserved and not written yet.
+        reserved: Slots it holds for the batch it plays (0: none).
         last_heard: When it last wrote or sent a heartbeat (``time.time()``).
     """
 
@@ -98,12 +110,19 @@ class ExplorerRecord:
     last_heard: float
 
 
+class ReservationRevokedError(RuntimeError):
+    """The trainer gave up on an explorer's reserved slots (it was silent too long)."""
+
+
 class ExperienceBuffer:
     """A job's experience buffer in the SQLite file ``path`` (created when missing).
 
     Every process opens its own; writes are transactions, so explorers and the
     trainer may run on one machine or on a shared filesystem that supports SQLite's
-    locks.
+    locks. Groups are placed in *slots*, numbered in the order explorers reserved
+    them (admission order); the trainer takes slots in that order, so a group's
+    staleness is bounded by the version it was reserved at, whichever explorer
+    finishes first.
 
     Args:
         path: The database file.
@@ -121,6 +140,9 @@ class ExperienceBuffer:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        with self._transaction() as db:
+            if db.execute("SELECT COUNT(*) FROM slots").fetchone()[0] == 0:
+                db.execute("INSERT INTO slots (next_slot) VALUES (0)")
 
     def close(self) -> None:
         """Close this process's connection."""
@@ -140,13 +162,14 @@ class ExperienceBuffer:
     # --- explorers -------------------------------------------------------------------
 
     def join(self, name: str) -> ExplorerRecord:
-        """Register explorer ``name`` (or take up its record after a restart: the
-        reservation it held is released, the cursor kept) and return its record."""
+        """Register explorer ``name``, or take up its record after a restart: its cursor
+        and the slots it had reserved are kept (it replays that batch's seeds and
+        fills them)."""
         now = time.time()
         with self._transaction() as db:
             db.execute(
                 "INSERT INTO explorers (name, started_at, last_heard) VALUES (?, ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET reserved = 0, last_heard = excluded.last_heard",
+                "ON CONFLICT (name) DO UPDATE SET last_heard = excluded.last_heard",
                 (name, now, now),
             )
         record = self.explorer(name)
@@ -155,74 +178,81 @@ class ExperienceBuffer:
 
     def explorer(self, name: str) -> ExplorerRecord | None:
         """Explorer ``name``'s record (None: it never joined)."""
-        row = self._db.execute(
-            "SELECT name, cursor, next_seq, written, reserved, last_heard FROM explorers "
-            "WHERE name = ?",
-            (name,),
-        ).fetchone()
+        row = self._db.execute(f"{_RECORD} WHERE name = ?", (name,)).fetchone()
         return None if row is None else _record(row)
 
     def explorers(self) -> list[ExplorerRecord]:
         """Every explorer that joined, by name."""
-        rows = self._db.execute(
-            "SELECT name, cursor, next_seq, written, reserved, last_heard FROM explorers "
-            "ORDER BY name"
-        ).fetchall()
-        return [_record(row) for row in rows]
+        return [_record(row) for row in self._db.execute(f"{_RECORD} ORDER BY name")]
 
     def heartbeat(self, name: str) -> None:
-        """Explorer ``name`` is alive (it waits for weights or for admission)."""
+        """Explorer ``name`` is alive (it plays, or waits for weights or admission)."""
         with self._transaction() as db:
             db.execute("UPDATE explorers SET last_heard = ? WHERE name = ?", (time.time(), name))
 
     def reserve(self, name: str, groups: int, *, version: int, ratio: float, batch: int) -> bool:
-        """Reserve ``groups`` groups for explorer ``name`` to play with weights
-        ``version``, if every explorer's written and reserved groups stay within
-        ``staleness_bound(ratio, version, batch)``; whether it was reserved.
+        """Reserve the next ``groups`` slots for explorer ``name`` to play with weights
+        ``version`` (none while it holds a reservation), if the slots handed out stay
+        within ``staleness_bound(ratio, version, batch)``; whether it did.
 
-        ``batch`` is the trainer's groups per step, so a group the trainer takes at
-        step ``s`` was played by weights at most ``ceil(ratio)`` versions older than
-        the ``s - 1`` it updates (the async rule of
+        ``batch`` is the trainer's groups per step. The trainer takes slots in order,
+        ``batch`` a step, so a slot reserved at ``version`` is trained by a step that
+        updates a version at most ``ceil(ratio)`` newer (the rule of
         :class:`~agentgym.rollout.async_rollout.AdmissionControl`, counted in groups).
         """
         bound = staleness_bound(ratio, version, batch)
         with self._transaction() as db:
-            (taken,) = db.execute(
-                "SELECT COALESCE(SUM(written + reserved), 0) FROM explorers"
-            ).fetchone()
-            if int(taken) + groups > bound:
+            held = db.execute("SELECT slot_count FROM explorers WHERE name = ?", (name,))
+            if held.fetchone()[0]:
+                return True  # a restarted explorer's batch: its slots are still its own
+            (next_slot,) = db.execute("SELECT next_slot FROM slots").fetchone()
+            (void,) = db.execute("SELECT COUNT(*) FROM void_slots").fetchone()
+            if next_slot - void + groups > bound:
                 return False
+            db.execute("UPDATE slots SET next_slot = ?", (next_slot + groups,))
             db.execute(
-                "UPDATE explorers SET reserved = reserved + ?, last_heard = ? WHERE name = ?",
-                (groups, time.time(), name),
+                "UPDATE explorers SET slot_start = ?, slot_count = ?, last_heard = ? "
+                "WHERE name = ?",
+                (next_slot, groups, time.time(), name),
             )
         return True
 
     def write(
-        self,
-        name: str,
-        groups: Sequence[Sequence[Trajectory]],
-        *,
-        cursor: dict[str, Any],
-        reserved: int | None = None,
+        self, name: str, groups: Sequence[Sequence[Trajectory]], *, cursor: dict[str, Any]
     ) -> int:
-        """Store ``groups`` (each every trajectory of one group id) as explorer
-        ``name``'s next ones, with its resume ``cursor``, in one transaction; returns
-        how many were new (a group already stored under its ``(explorer, seq)`` is
-        left as it was). ``reserved`` (default ``len(groups)``) is released."""
+        """Store ``groups`` (each every trajectory of one group id) in explorer
+        ``name``'s reserved slots, with its resume ``cursor``, in one transaction;
+        returns how many were new (a group already stored under its ``(explorer, seq)``
+        is left as it was).
+
+        Raises:
+            ReservationRevokedError: When the trainer gave up on the reservation (the
+                explorer was silent too long); nothing is stored, the cursor is kept.
+            ValueError: When ``groups`` does not fill the reservation.
+        """
         now = time.time()
         with self._transaction() as db:
-            row = db.execute("SELECT next_seq FROM explorers WHERE name = ?", (name,)).fetchone()
+            row = db.execute(
+                "SELECT next_seq, slot_start, slot_count FROM explorers WHERE name = ?", (name,)
+            ).fetchone()
             if row is None:
                 raise KeyError(f"explorer {name!r} has not joined the buffer {self.path}")
-            seq = int(row[0])
+            seq, start, count = (int(row[0]), row[1], int(row[2]))
+            if not count:
+                raise ReservationRevokedError(
+                    f"explorer {name!r}: its reserved slots were given up by the trainer "
+                    "(silent too long); the batch is not stored"
+                )
+            if len(groups) != count:
+                raise ValueError(f"{len(groups)} groups for {count} reserved slots")
             new = 0
             for offset, members in enumerate(groups):
                 payload = pickle.dumps(list(members), protocol=pickle.HIGHEST_PROTOCOL)
                 inserted = db.execute(
-                    "INSERT OR IGNORE INTO groups (explorer, seq, group_id, min_version, "
-                    "payload, checksum, written_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT OR IGNORE INTO groups (slot, explorer, seq, group_id, min_version, "
+                    "payload, checksum, written_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (
+                        int(start) + offset,
                         name,
                         seq + offset,
                         members[0].group_id,
@@ -233,42 +263,94 @@ class ExperienceBuffer:
                     ),
                 )
                 new += inserted.rowcount
-            release = len(groups) if reserved is None else reserved
             db.execute(
                 "UPDATE explorers SET cursor = ?, next_seq = ?, written = written + ?, "
-                "reserved = MAX(reserved - ?, 0), last_heard = ? WHERE name = ?",
-                (json.dumps(cursor), seq + len(groups), new, release, now, name),
+                "slot_start = NULL, slot_count = 0, last_heard = ? WHERE name = ?",
+                (json.dumps(cursor), seq + len(groups), new, now, name),
             )
         return new
 
+    def revoke(self, name: str) -> int:
+        """Give up explorer ``name``'s reserved slots (it died or stalled): they are
+        skipped, so the trainer does not wait for them; the slots given up."""
+        with self._transaction() as db:
+            start, count = db.execute(
+                "SELECT slot_start, slot_count FROM explorers WHERE name = ?", (name,)
+            ).fetchone()
+            if not count:
+                return 0
+            db.executemany(
+                "INSERT OR IGNORE INTO void_slots (slot) VALUES (?)",
+                [(slot,) for slot in range(int(start), int(start) + int(count))],
+            )
+            db.execute(
+                "UPDATE explorers SET slot_start = NULL, slot_count = 0 WHERE name = ?", (name,)
+            )
+        return int(count)
+
     # --- the trainer -----------------------------------------------------------------
 
+    def blocking(self, groups: int) -> list[str]:
+        """The explorers whose reserved, unwritten slots the next ``groups`` are waiting for."""
+        taken = self._next_slots(self._db, groups)
+        rows = self._db.execute(
+            "SELECT name, slot_start, slot_count FROM explorers WHERE slot_count > 0"
+        ).fetchall()
+        return sorted(
+            str(name)
+            for name, start, count in rows
+            if any(int(start) <= slot < int(start) + int(count) for slot in taken)
+        )
+
     def lease(self, step: int, groups: int) -> list[list[Trajectory]] | None:
-        """The ``groups`` oldest ready groups, leased by ``step`` (the ones it already
-        leased, when it asks again); None while fewer are ready (nothing is leased).
+        """The next ``groups`` slots' groups in slot order, leased by ``step`` (the ones
+        it already leased, when it asks again); None while any of those slots is still
+        being played (nothing is leased).
 
         Raises:
             BufferCorruptError: When a group's bytes do not match its checksum.
         """
         with self._transaction() as db:
             rows = db.execute(
-                "SELECT id, payload, checksum FROM groups WHERE state = 'leased' AND step = ? "
-                "ORDER BY id",
+                "SELECT slot, payload, checksum FROM groups WHERE state = 'leased' AND step = ? "
+                "ORDER BY slot",
                 (step,),
             ).fetchall()
             if not rows:
+                slots = self._next_slots(db, groups)
+                if len(slots) < groups:
+                    return None
+                marks = ",".join("?" * len(slots))
                 rows = db.execute(
-                    "SELECT id, payload, checksum FROM groups WHERE state = 'ready' "
-                    "ORDER BY id LIMIT ?",
-                    (groups,),
+                    "SELECT slot, payload, checksum FROM groups "
+                    f"WHERE slot IN ({marks}) ORDER BY slot",
+                    slots,
                 ).fetchall()
                 if len(rows) < groups:
                     return None
                 db.executemany(
-                    "UPDATE groups SET state = 'leased', step = ? WHERE id = ?",
+                    "UPDATE groups SET state = 'leased', step = ? WHERE slot = ?",
                     [(step, row[0]) for row in rows],
                 )
         return [_load(row) for row in rows]
+
+    @staticmethod
+    def _next_slots(db: sqlite3.Connection, groups: int) -> list[int]:
+        """The ``groups`` lowest slots handed out, not void, not yet leased or consumed."""
+        (next_slot,) = db.execute("SELECT next_slot FROM slots").fetchone()
+        taken = {
+            int(slot)
+            for (slot,) in db.execute(
+                "SELECT slot FROM groups WHERE state != 'ready' UNION SELECT slot FROM void_slots"
+            )
+        }
+        slots = []
+        for slot in range(int(next_slot)):
+            if slot not in taken:
+                slots.append(slot)
+                if len(slots) == groups:
+                    break
+        return slots
 
     def recover(self, step: int) -> None:
         """The trainer restarts from the checkpoint of ``step`` (0: none): groups leased
@@ -300,12 +382,15 @@ class ExperienceBuffer:
     def consumed_by_step(self) -> dict[int, list[tuple[str, int]]]:
         """``(explorer, seq)`` of the groups each step trained (for audits and tests)."""
         rows = self._db.execute(
-            "SELECT step, explorer, seq FROM groups WHERE state = 'consumed' ORDER BY step, id"
+            "SELECT step, explorer, seq FROM groups WHERE state = 'consumed' ORDER BY step, slot"
         ).fetchall()
         steps: dict[int, list[tuple[str, int]]] = {}
         for step, explorer, seq in rows:
             steps.setdefault(int(step), []).append((str(explorer), int(seq)))
         return steps
+
+
+_RECORD = "SELECT name, cursor, next_seq, written, slot_count, last_heard FROM explorers"
 
 
 def _record(row: tuple[Any, ...]) -> ExplorerRecord:
@@ -321,8 +406,10 @@ def _record(row: tuple[Any, ...]) -> ExplorerRecord:
 
 
 def _load(row: tuple[Any, ...]) -> list[Trajectory]:
-    group, payload, checksum = row
+    slot, payload, checksum = row
     if hashlib.sha256(payload).hexdigest() != checksum:
-        raise BufferCorruptError(f"group {group} of the experience buffer fails its checksum")
+        raise BufferCorruptError(
+            f"the group in slot {slot} of the experience buffer fails its checksum"
+        )
     members: list[Trajectory] = pickle.loads(payload)  # the job's own file, never a stranger's
     return members

@@ -167,3 +167,32 @@ def test_a_trainer_without_explorers_fails_naming_them(tmp_path: Path, cache: Pa
 def test_modes_and_methods_not_built_fail_at_the_config_check(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         validate(composed(override))
+
+
+def test_a_second_explorer_joins_mid_run_and_leaves_without_stopping_the_trainer(
+    tmp_path: Path, cache: Path
+) -> None:
+    trainer = start(tmp_path, cache, "train", "max_steps=6", "buffer.explorer_timeout=5")
+    first = start(tmp_path, cache, "explore", "max_steps=6")
+    wait_for(tmp_path / "train" / "checkpoints" / "checkpoint-2" / "trainer_state.json")
+    second = start(
+        tmp_path, cache, "explore", "explorer.name=second", "seed=7",
+        "train_env_manager.env_groups=1", "rollout_batch_size=2", name="second",
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while (record := buffer(tmp_path).explorer("second")) is None or record.written < 2:
+        assert time.monotonic() < deadline, (tmp_path / "second.log").read_text()[-3000:]
+        time.sleep(0.2)
+    second.send_signal(signal.SIGTERM)  # it leaves mid-batch, holding a reservation
+    second.wait(60)
+    finish(trainer, tmp_path / "train.log")
+    finish(first, tmp_path / "explore.log")
+    assert_each_group_once(tmp_path, 6)
+    explorers = {key[0] for keys in buffer(tmp_path).consumed_by_step().values() for key in keys}
+    assert explorers == {"explorer", "second"}
+    mixed = [
+        step
+        for step, keys in buffer(tmp_path).consumed_by_step().items()
+        if {key[0] for key in keys} == {"explorer", "second"}
+    ]
+    assert mixed, buffer(tmp_path).consumed_by_step()

@@ -14,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from agentgym.rollout.experience_buffer import BufferCorruptError, ExperienceBuffer
+from agentgym.rollout.experience_buffer import (
+    BufferCorruptError,
+    ExperienceBuffer,
+    ReservationRevokedError,
+)
 from agentgym.trajectory import Trajectory
 
 
@@ -32,10 +36,16 @@ def group(group_id: int, version: int = 0, size: int = 2) -> list[Trajectory]:
     ]
 
 
-def test_whole_groups_in_write_order_and_never_a_partial_batch(tmp_path: Path) -> None:
+def put(buffer: ExperienceBuffer, name: str, groups: list[list[Trajectory]], **cursor: int) -> int:
+    """Reserve (far within the bound) and write, as an explorer does."""
+    assert buffer.reserve(name, len(groups), version=10**6, ratio=0, batch=1)
+    return buffer.write(name, groups, cursor=cursor)
+
+
+def test_whole_groups_in_slot_order_and_never_a_partial_batch(tmp_path: Path) -> None:
     buffer = ExperienceBuffer(tmp_path / "b.sqlite")
     buffer.join("e")
-    buffer.write("e", [group(0), group(1), group(2)], cursor={"cursor": 3})
+    put(buffer, "e", [group(0), group(1), group(2)], cursor=3)
     assert buffer.lease(1, 4) is None  # 3 ready: nothing leased
     assert buffer.counts() == {"ready": 3, "leased": 0, "consumed": 0}
     first = buffer.lease(1, 2)
@@ -50,21 +60,21 @@ def test_whole_groups_in_write_order_and_never_a_partial_batch(tmp_path: Path) -
 def test_a_rewritten_group_is_ignored_and_the_cursor_is_kept(tmp_path: Path) -> None:
     buffer = ExperienceBuffer(tmp_path / "b.sqlite")
     assert buffer.join("e").cursor is None
-    assert buffer.write("e", [group(0), group(1)], cursor={"cursor": 2}) == 2
+    assert put(buffer, "e", [group(0), group(1)], cursor=2) == 2
     # a restarted explorer that replays from an older cursor: its sequence numbers
     # continue from the buffer's record, so the replay is stored once
     record = ExperienceBuffer(tmp_path / "b.sqlite").join("e")
     assert (record.cursor, record.next_seq, record.written) == ({"cursor": 2}, 2, 2)
     with sqlite3.connect(tmp_path / "b.sqlite") as db:
         db.execute("UPDATE explorers SET next_seq = 0")  # as if the write of seq 0, 1 replays
-    assert buffer.write("e", [group(0), group(1)], cursor={"cursor": 2}) == 0
+    assert put(buffer, "e", [group(0), group(1)], cursor=2) == 0
     assert buffer.counts()["ready"] == 2
 
 
 def test_recover_settles_leases_by_the_checkpoint_step(tmp_path: Path) -> None:
     buffer = ExperienceBuffer(tmp_path / "b.sqlite")
     buffer.join("e")
-    buffer.write("e", [group(i) for i in range(6)], cursor={})
+    put(buffer, "e", [group(i) for i in range(6)])
     for step in (1, 2, 3):
         assert buffer.lease(step, 2) is not None
     buffer.commit(1)
@@ -85,26 +95,54 @@ def test_reservations_hold_every_explorer_within_the_staleness_bound(tmp_path: P
     buffer = ExperienceBuffer(tmp_path / "b.sqlite")
     buffer.join("a")
     buffer.join("b")
-    # ratio 1, 2 groups a step, version 0: at most (1 + 0 + 1) × 2 = 4 groups in all
+    # ratio 1, 2 groups a step, version 0: at most (1 + 0 + 1) × 2 = 4 slots in all
     assert buffer.reserve("a", 2, version=0, ratio=1, batch=2)
     assert buffer.reserve("b", 2, version=0, ratio=1, batch=2)
-    assert not buffer.reserve("a", 2, version=0, ratio=1, batch=2)
-    buffer.write("a", [group(0), group(1)], cursor={}, reserved=2)
+    buffer.write("a", [group(0), group(1)], cursor={})
     assert not buffer.reserve("a", 2, version=0, ratio=1, batch=2)  # written ones count
     assert buffer.reserve("a", 2, version=1, ratio=1, batch=2)
-    # a restarted explorer gives up its reservation: written 2 + a's 2 + b's 2 = 6 ≤ 6
-    assert buffer.join("b").reserved == 0
-    assert buffer.reserve("b", 2, version=1, ratio=1, batch=2)
-    assert not buffer.reserve("a", 1, version=1, ratio=1, batch=2)
+    assert buffer.reserve("a", 2, version=9, ratio=1, batch=2)  # held: the same slots
+    assert buffer.explorer("a") is not None and buffer.explorer("a").reserved == 2  # type: ignore[union-attr]
+
+
+def test_the_trainer_takes_slots_in_admission_order_not_finishing_order(tmp_path: Path) -> None:
+    buffer = ExperienceBuffer(tmp_path / "b.sqlite")
+    buffer.join("slow")
+    buffer.join("fast")
+    assert buffer.reserve("slow", 2, version=0, ratio=1, batch=2)  # slots 0, 1
+    assert buffer.reserve("fast", 2, version=0, ratio=1, batch=2)  # slots 2, 3
+    buffer.write("fast", [group(10), group(11)], cursor={})
+    assert buffer.lease(1, 2) is None  # step 1 is slots 0, 1: still being played
+    assert buffer.blocking(2) == ["slow"]
+    buffer.write("slow", [group(0), group(1)], cursor={})
+    assert [g[0].group_id for g in buffer.lease(1, 2) or []] == [0, 1]
+    assert [g[0].group_id for g in buffer.lease(2, 2) or []] == [10, 11]
+
+
+def test_a_restarted_explorer_fills_its_slots_and_a_dead_ones_are_given_up(
+    tmp_path: Path,
+) -> None:
+    buffer = ExperienceBuffer(tmp_path / "b.sqlite")
+    for name in ("a", "b", "c"):
+        buffer.join(name)
+        assert buffer.reserve(name, 1, version=0, ratio=2, batch=1)  # slots 0, 1, 2
+    assert buffer.join("a").reserved == 1  # restarted: slot 0 is still a's
+    buffer.write("a", [group(0)], cursor={})
+    assert buffer.revoke("b") == 1  # b died: slot 1 is skipped
+    buffer.write("c", [group(2)], cursor={})
+    assert [g[0].group_id for g in buffer.lease(1, 2) or []] == [0, 2]
+    with pytest.raises(ReservationRevokedError, match="given up by the trainer"):
+        buffer.write("b", [group(1)], cursor={})  # b was only slow: nothing is stored
+    assert buffer.counts() == {"ready": 0, "leased": 2, "consumed": 0}
 
 
 def test_a_corrupt_group_is_named(tmp_path: Path) -> None:
     buffer = ExperienceBuffer(tmp_path / "b.sqlite")
     buffer.join("e")
-    buffer.write("e", [group(0)], cursor={})
+    put(buffer, "e", [group(0)])
     with sqlite3.connect(tmp_path / "b.sqlite") as db:
         db.execute("UPDATE groups SET payload = x'00'")
-    with pytest.raises(BufferCorruptError, match=r"group 1 .* fails its checksum"):
+    with pytest.raises(BufferCorruptError, match=r"slot 0 .* fails its checksum"):
         buffer.lease(1, 1)
 
 
@@ -114,7 +152,7 @@ def _write_forever(path: str, name: str, started: multiprocessing.synchronize.Ev
     seq = record.next_seq
     started.set()
     while True:
-        buffer.write(name, [group(seq), group(seq + 1)], cursor={"cursor": seq + 2})
+        put(buffer, name, [group(seq), group(seq + 1)], cursor=seq + 2)
         seq += 2
 
 
