@@ -12,7 +12,7 @@ one that was.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,19 @@ MAX_SHARD_SIZE = "5GB"
 SAFE_INDEX = "model.safetensors.index.json"
 TORCH_INDEX = "pytorch_model.bin.index.json"
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+"""A source folder with one of these has a tokenizer to copy (with its chat template)."""
+
+UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9}
+
+
+def size_bytes(size: str) -> int:
+    """``"5GB"`` -> 5 * 10**9 (Hugging Face's units)."""
+    for unit, factor in UNITS.items():
+        if size.upper().endswith(unit):
+            return int(float(size[: -len(unit)]) * factor)
+    return int(size)
+
 
 def save_model(model: Any, directory: Path, *, tokenizer_from: Path | None = None) -> None:
     """Write ``model`` (a ``PreTrainedModel``) as a Hugging Face folder, sharded past
@@ -34,6 +47,77 @@ def save_model(model: Any, directory: Path, *, tokenizer_from: Path | None = Non
         from transformers import AutoTokenizer
 
         AutoTokenizer.from_pretrained(str(tokenizer_from)).save_pretrained(directory)
+
+
+def write_streamed(
+    folder: Path,
+    tensors: Iterator[tuple[str, torch.Tensor]],
+    *,
+    model: Any,
+    tokenizer_from: Path | None = None,
+    shard_bytes: int | None = None,
+) -> None:
+    """A complete Hugging Face folder from ``tensors`` taken one at a time (never the
+    whole model in memory at once): safetensors files of at most ``shard_bytes``
+    (default :data:`MAX_SHARD_SIZE`; past one, ``model.safetensors.index.json``),
+    a tied tensor of ``model`` stored once, ``model``'s config and generation config,
+    and the tokenizer (with its chat template) of ``tokenizer_from`` when it has one.
+
+    Args:
+        folder: Where to write (created).
+        tensors: ``(Hugging Face name, tensor)`` pairs, as ``export_weights`` yields them.
+        model: The ``PreTrainedModel`` whose names, config and tied tensors these are.
+        tokenizer_from: A folder whose tokenizer to copy.
+        shard_bytes: The largest weights file.
+    """
+    from safetensors.torch import save_file
+
+    limit = size_bytes(MAX_SHARD_SIZE) if shard_bytes is None else shard_bytes
+    aliases = tied_aliases(model)
+    bucket: dict[str, torch.Tensor] = {}
+    size = total = 0
+    names: list[list[str]] = []
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def flush() -> None:
+        save_file(bucket, str(folder / f"part-{len(names)}.safetensors"))
+        names.append(list(bucket))
+
+    for name, tensor in tensors:
+        if name in aliases:
+            continue
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > limit:
+            flush()
+            bucket, size = {}, 0
+        bucket[name] = tensor.detach().to("cpu", copy=True).contiguous()
+        size += nbytes
+        total += nbytes
+    flush()
+    _name_shards(folder, names, total)
+    model.config.save_pretrained(folder)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(folder)
+    if tokenizer_from is not None and any(
+        (tokenizer_from / name).is_file() for name in TOKENIZER_FILES
+    ):
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(str(tokenizer_from)).save_pretrained(folder)
+
+
+def _name_shards(folder: Path, names: list[list[str]], total: int) -> None:
+    """Rename ``part-i`` files as Hugging Face names them, with the index past one."""
+    if len(names) == 1:
+        (folder / "part-0.safetensors").replace(folder / "model.safetensors")
+        return
+    weight_map: dict[str, str] = {}
+    for index, tensors in enumerate(names):
+        final = f"model-{index + 1:05d}-of-{len(names):05d}.safetensors"
+        (folder / f"part-{index}.safetensors").replace(folder / final)
+        weight_map |= dict.fromkeys(tensors, final)
+    index_file = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / SAFE_INDEX).write_text(json.dumps(index_file, indent=2))
 
 
 def weight_files(directory: Path) -> list[Path]:
