@@ -7,7 +7,6 @@ pieces of it it needs) and returns one part; nothing here runs the recipe.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -19,16 +18,14 @@ from agentgym.config_checks import data_parallel_size, device_mappings, dual_cli
 from agentgym.config_sections import EnvManagerSection, GeneratingArgs
 from agentgym.console import LIBRARY_LOG_FILE, redirect_output
 from agentgym.errors import ConfigError
-from agentgym.explore import ExplorerParts
 from agentgym.fileio import write_atomic, write_json_atomic
+from agentgym.job import buffer_source, job_dir
 from agentgym.registry import env_versions
 from agentgym.rollout.backends import GenerationBackend, SamplingParams, make_backend
 from agentgym.rollout.backends import resolve_backend as _resolve_backend
-from agentgym.rollout.buffer_source import BufferSource
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.engines import spawn_engines
 from agentgym.rollout.env_manager import EnvConfig, EnvManager
-from agentgym.rollout.experience_buffer import ExperienceBuffer
 from agentgym.rollout.limits import RequestCap
 from agentgym.rollout.loop import RolloutConfig
 from agentgym.rollout.published_weights import WeightPublisher
@@ -301,111 +298,6 @@ def cluster(config: TrainConfig) -> Cluster:
         env_vars=config.system_envs,
         rpc_timeout=config.rpc_timeout,
     )
-
-
-def job_dir(config: TrainConfig) -> Path:
-    """A decoupled job's folder, where its processes meet:
-    ``checkpoint_root_dir/project/name`` (``name`` defaults to ``exp_name``)."""
-    return (
-        Path(config.checkpoint_root_dir).expanduser()
-        / config.project
-        / (config.name or config.exp_name)
-    )
-
-
-def experience_buffer(config: TrainConfig) -> ExperienceBuffer:
-    """The job's experience buffer (``buffer.path``, else ``<job>/buffer.sqlite``)."""
-    path = config.buffer.path or job_dir(config) / "buffer.sqlite"
-    return ExperienceBuffer(Path(path).expanduser())
-
-
-def staleness_versions(config: TrainConfig) -> float:
-    """How many versions behind the weights it updates a trained sample may be in a
-    decoupled job: ``async_generation_ratio`` where set, else ``sync_interval``."""
-    return config.async_generation_ratio or float(config.synchronizer.sync_interval)
-
-
-def buffer_source(config: TrainConfig, publisher: WeightPublisher) -> RolloutSource:
-    """``mode: train``'s rollout source: the job's experience buffer."""
-    return BufferSource(
-        experience_buffer(config),
-        publisher,
-        groups_per_step=config.train_env_manager.env_groups,
-        ratio=staleness_versions(config),
-        max_read_timeout=config.buffer.max_read_timeout,
-    )
-
-
-def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerParts:
-    """``mode: explore``'s parts: the envs, the engines and a tracker (no strategy)."""
-        explorer_timeout=config.buffer.explorer_timeout,
-    from transformers import AutoTokenizer
-
-    check_envs(config)
-    path = model_path(config)
-    workers = cluster(config)
-    output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    closers: list[Callable[[], Any]] = [workers.shutdown]
-    try:
-        with redirect_output(output_dir / LIBRARY_LOG_FILE):
-            backend = generation_backend(
-                config,
-                path,
-                dtype=config.actor_infer.model_args.dtype,
-                device=config.model.device,
-                sync_dir=output_dir,
-                cluster=workers,
-            )
-        train_manager = env_manager(config.train_env_manager, config, cluster=workers)
-        val_manager = env_manager(config.val_env_manager, config, cluster=workers, fixed_seeds=True)
-        closers[:0] = [train_manager.close, val_manager.close]
-        write_atomic(output_dir / RUN_CONFIG, yaml.safe_dump(resolved, sort_keys=False))
-        tracker = make_tracker(
-            ["stdout", *(kind for kind in config.track_with if kind != "stdout")],
-            logging_dir=config.logging_dir,
-            exp_name=f"{config.exp_name}-{config.explorer.name}",
-            config=resolved,
-            tracker_kwargs=config.tracker_kwargs,
-            console_log=output_dir / CONSOLE_LOG_FILE,
-        )
-        closers.insert(0, tracker.close)
-    except BaseException:
-        _close_all(closers)
-        raise
-    print(
-        f"mode=explore: explorer {config.explorer.name}, job folder {job_dir(config)}; "
-        f"generation backend: {backend_name(config)}; model: {path}",
-        flush=True,
-    )
-    return ExplorerParts(
-        name=config.explorer.name,
-        job_dir=job_dir(config),
-        buffer=experience_buffer(config),
-        backend=backend,
-        chat=ChatTokenizer(AutoTokenizer.from_pretrained(str(path))),
-        train_manager=train_manager,
-        val_manager=val_manager,
-        train_rollout=rollout_config(config),
-        val_rollout=rollout_config(config, validation=True),
-        tracker=tracker,
-        ratio=staleness_versions(config),
-        eval_steps=config.eval_steps,
-        sync_timeout=config.synchronizer.sync_timeout,
-        close=lambda: _close_all(closers),
-    )
-
-
-def _close_all(closers: list[Callable[[], Any]]) -> None:
-    """Call every closer, in order, whatever the others did; raise the first error."""
-    errors = []
-    for close in closers:
-        try:
-            close()
-        except Exception as error:
-            errors.append(error)
-    if errors:
-        raise errors[0]
 
 
 def grpo_config(config: TrainConfig) -> GRPOConfig:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentgym.fileio import write_json_atomic
 from agentgym.rollout.backends.base import GenerationBackend
@@ -27,6 +27,9 @@ from agentgym.rollout.loop import RolloutConfig, collect
 from agentgym.rollout.published_weights import Published, latest, read_weights
 from agentgym.trainers.tracking import Tracker
 from agentgym.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from agentgym.schema import TrainConfig
 
 _T = TypeVar("_T")
 
@@ -223,3 +226,90 @@ def _groups(trajectories: list[Trajectory]) -> list[list[Trajectory]]:
     for trajectory in trajectories:
         groups.setdefault(trajectory.group_id, []).append(trajectory)
     return list(groups.values())
+
+
+def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerParts:
+    """``mode: explore``'s parts: the envs, the engines and a tracker (no strategy)."""
+    import yaml
+    from transformers import AutoTokenizer
+
+    from agentgym.builders import (
+        backend_name,
+        check_envs,
+        cluster,
+        env_manager,
+        generation_backend,
+        model_path,
+        rollout_config,
+    )
+    from agentgym.console import LIBRARY_LOG_FILE, redirect_output
+    from agentgym.fileio import write_atomic
+    from agentgym.job import experience_buffer, job_dir, staleness_versions
+    from agentgym.trainers.run_state import RUN_CONFIG
+    from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
+
+    check_envs(config)
+    path = model_path(config)
+    workers = cluster(config)
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    closers: list[Callable[[], Any]] = [workers.shutdown]
+    try:
+        with redirect_output(output_dir / LIBRARY_LOG_FILE):
+            backend = generation_backend(
+                config,
+                path,
+                dtype=config.actor_infer.model_args.dtype,
+                device=config.model.device,
+                sync_dir=output_dir,
+                cluster=workers,
+            )
+        train_manager = env_manager(config.train_env_manager, config, cluster=workers)
+        val_manager = env_manager(config.val_env_manager, config, cluster=workers, fixed_seeds=True)
+        closers[:0] = [train_manager.close, val_manager.close]
+        write_atomic(output_dir / RUN_CONFIG, yaml.safe_dump(resolved, sort_keys=False))
+        tracker = make_tracker(
+            ["stdout", *(kind for kind in config.track_with if kind != "stdout")],
+            logging_dir=config.logging_dir,
+            exp_name=f"{config.exp_name}-{config.explorer.name}",
+            config=resolved,
+            tracker_kwargs=config.tracker_kwargs,
+            console_log=output_dir / CONSOLE_LOG_FILE,
+        )
+        closers.insert(0, tracker.close)
+    except BaseException:
+        _close_all(closers)
+        raise
+    print(
+        f"mode=explore: explorer {config.explorer.name}, job folder {job_dir(config)}; "
+        f"generation backend: {backend_name(config)}; model: {path}",
+        flush=True,
+    )
+    return ExplorerParts(
+        name=config.explorer.name,
+        job_dir=job_dir(config),
+        buffer=experience_buffer(config),
+        backend=backend,
+        chat=ChatTokenizer(AutoTokenizer.from_pretrained(str(path))),
+        train_manager=train_manager,
+        val_manager=val_manager,
+        train_rollout=rollout_config(config),
+        val_rollout=rollout_config(config, validation=True),
+        tracker=tracker,
+        ratio=staleness_versions(config),
+        eval_steps=config.eval_steps,
+        sync_timeout=config.synchronizer.sync_timeout,
+        close=lambda: _close_all(closers),
+    )
+
+
+def _close_all(closers: list[Callable[[], Any]]) -> None:
+    """Call every closer, in order, whatever the others did; raise the first error."""
+    errors = []
+    for close in closers:
+        try:
+            close()
+        except Exception as error:
+            errors.append(error)
+    if errors:
+        raise errors[0]

@@ -138,9 +138,10 @@ def run(cfg: DictConfig) -> None:
     Ctrl-C or SIGTERM, in any phase, ends it with one line on stderr (where it
     stopped, how to go on: :mod:`agentgym.stopping`) and exit code 130 or 143.
     """
-    from agentgym.builders import apply_system_envs, build_train, job_dir
+    from agentgym.builders import apply_system_envs, build_train
     from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
     from agentgym.explore import mark_finished
+    from agentgym.job import job_dir
     from agentgym.plot import plot_validation, read_metrics
     from agentgym.trainers.grpo import train
     from agentgym.trainers.tracking import CONSOLE_LOG_FILE, METRICS_FILE
@@ -197,9 +198,8 @@ def run(cfg: DictConfig) -> None:
 
 def run_explorer(config: TrainConfig, resolved: dict[str, Any], started: float) -> None:
     """``mode: explore``: build the envs and engines, explore until the trainer finishes."""
-    from agentgym.builders import build_explorer
     from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
-    from agentgym.explore import explore
+    from agentgym.explore import build_explorer, explore
     from agentgym.trainers.tracking import CONSOLE_LOG_FILE, METRICS_FILE
 
     output_dir = Path(config.output_dir)

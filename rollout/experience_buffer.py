@@ -67,6 +67,7 @@ CREATE TABLE IF NOT EXISTS explorers (
     next_seq INTEGER NOT NULL DEFAULT 0,
     slot_start INTEGER,
     slot_count INTEGER NOT NULL DEFAULT 0,
+    waiting_since REAL,
     written INTEGER NOT NULL DEFAULT 0,
     started_at REAL NOT NULL,
     last_heard REAL NOT NULL
@@ -78,6 +79,9 @@ CREATE TABLE IF NOT EXISTS void_slots (
     slot INTEGER PRIMARY KEY
 );
 """
+
+WAITER_SECONDS = 30.0
+"""An explorer waiting for slots keeps its place in line while heard from this recently."""
 
 STATES = ("ready", "leased", "consumed")
 """A group's states: written and not yet taken; taken by a step not yet checkpointed;
@@ -195,25 +199,38 @@ class ExperienceBuffer:
         ``version`` (none while it holds a reservation), if the slots handed out stay
         within ``staleness_bound(ratio, version, batch)``; whether it did.
 
+        Explorers are served in the order they started waiting (one that just wrote
+        its batch does not jump ahead of one waiting since earlier).
+
         ``batch`` is the trainer's groups per step. The trainer takes slots in order,
         ``batch`` a step, so a slot reserved at ``version`` is trained by a step that
         updates a version at most ``ceil(ratio)`` newer (the rule of
         :class:`~agentgym.rollout.async_rollout.AdmissionControl`, counted in groups).
         """
         bound = staleness_bound(ratio, version, batch)
+        now = time.time()
         with self._transaction() as db:
-            held = db.execute("SELECT slot_count FROM explorers WHERE name = ?", (name,))
-            if held.fetchone()[0]:
+            held, waiting = db.execute(
+                "SELECT slot_count, waiting_since FROM explorers WHERE name = ?", (name,)
+            ).fetchone()
+            if held:
                 return True  # a restarted explorer's batch: its slots are still its own
             (next_slot,) = db.execute("SELECT next_slot FROM slots").fetchone()
             (void,) = db.execute("SELECT COUNT(*) FROM void_slots").fetchone()
-            if next_slot - void + groups > bound:
+            (earlier,) = db.execute(  # first come, first served among live explorers
+                "SELECT COUNT(*) FROM explorers WHERE name != ? AND waiting_since IS NOT NULL "
+                "AND waiting_since < ? AND last_heard > ?",
+                (name, now if waiting is None else waiting, now - WAITER_SECONDS),
+            ).fetchone()
+            if next_slot - void + groups > bound or earlier:
+                if waiting is None:
+                    db.execute("UPDATE explorers SET waiting_since = ? WHERE name = ?", (now, name))
                 return False
             db.execute("UPDATE slots SET next_slot = ?", (next_slot + groups,))
             db.execute(
-                "UPDATE explorers SET slot_start = ?, slot_count = ?, last_heard = ? "
-                "WHERE name = ?",
-                (next_slot, groups, time.time(), name),
+                "UPDATE explorers SET slot_start = ?, slot_count = ?, waiting_since = NULL, "
+                "last_heard = ? WHERE name = ?",
+                (next_slot, groups, now, name),
             )
         return True
 

@@ -105,6 +105,21 @@ def test_reservations_hold_every_explorer_within_the_staleness_bound(tmp_path: P
     assert buffer.explorer("a") is not None and buffer.explorer("a").reserved == 2  # type: ignore[union-attr]
 
 
+def test_explorers_waiting_for_slots_are_served_first_come_first_served(
+    tmp_path: Path,
+) -> None:
+    buffer = ExperienceBuffer(tmp_path / "b.sqlite")
+    buffer.join("a")
+    buffer.join("b")
+    assert buffer.reserve("a", 2, version=0, ratio=0, batch=2)  # the bound: 2 slots
+    assert not buffer.reserve("b", 1, version=0, ratio=0, batch=2)  # b waits from now
+    buffer.write("a", [group(0), group(1)], cursor={})
+    # version 1 admits 2 more: a, back first, must not take them before b
+    assert not buffer.reserve("a", 2, version=1, ratio=0, batch=2)
+    assert buffer.reserve("b", 1, version=1, ratio=0, batch=2)
+    assert buffer.reserve("a", 1, version=1, ratio=0, batch=2)
+
+
 def test_the_trainer_takes_slots_in_admission_order_not_finishing_order(tmp_path: Path) -> None:
     buffer = ExperienceBuffer(tmp_path / "b.sqlite")
     buffer.join("slow")

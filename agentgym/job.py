@@ -1,0 +1,46 @@
+"""A decoupled job (``mode: explore | train``): where its processes meet, its
+experience buffer, its staleness bound, and the trainer's rollout source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentgym.rollout.buffer_source import BufferSource
+from agentgym.rollout.experience_buffer import ExperienceBuffer
+from agentgym.rollout.published_weights import WeightPublisher
+from agentgym.rollout.source import RolloutSource
+from agentgym.schema import TrainConfig
+
+
+def job_dir(config: TrainConfig) -> Path:
+    """A decoupled job's folder, where its processes meet:
+    ``checkpoint_root_dir/project/name`` (``name`` defaults to ``exp_name``)."""
+    return (
+        Path(config.checkpoint_root_dir).expanduser()
+        / config.project
+        / (config.name or config.exp_name)
+    )
+
+
+def experience_buffer(config: TrainConfig) -> ExperienceBuffer:
+    """The job's experience buffer (``buffer.path``, else ``<job>/buffer.sqlite``)."""
+    path = config.buffer.path or job_dir(config) / "buffer.sqlite"
+    return ExperienceBuffer(Path(path).expanduser())
+
+
+def staleness_versions(config: TrainConfig) -> float:
+    """How many versions behind the weights it updates a trained sample may be in a
+    decoupled job: ``async_generation_ratio`` where set, else ``sync_interval``."""
+    return config.async_generation_ratio or float(config.synchronizer.sync_interval)
+
+
+def buffer_source(config: TrainConfig, publisher: WeightPublisher) -> RolloutSource:
+    """``mode: train``'s rollout source: the job's experience buffer."""
+    return BufferSource(
+        experience_buffer(config),
+        publisher,
+        groups_per_step=config.train_env_manager.env_groups,
+        ratio=staleness_versions(config),
+        max_read_timeout=config.buffer.max_read_timeout,
+        explorer_timeout=config.buffer.explorer_timeout,
+    )
