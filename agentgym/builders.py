@@ -38,6 +38,7 @@ from agentgym.trainers.recipe_config import AdvantageConfig, GRPOConfig, LossCon
 from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.run_state import RUN_CONFIG
 from agentgym.trainers.strategies import Critic, Strategy, build_critic, build_strategy
+from agentgym.trainers.strategies.lora import lora_settings
 from agentgym.trainers.strategies.optim import OptimizerConfig, optimizer_steps
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
 
@@ -221,11 +222,14 @@ def _training_settings(config: TrainConfig, role_name: str, *, passes: int) -> d
 
 
 def strategy_settings(config: TrainConfig, path: Path, *, needs_reference: bool) -> dict[str, Any]:
-    """The ``actor_train`` role's settings for :func:`build_strategy` (every rank gets these)."""
+    """The ``actor_train`` role's settings for :func:`build_strategy` (every rank gets
+    these); ``lora``: the adapter of ``model_args.lora_target`` (None: every weight trains)."""
+    args = config.actor_train.model_args
     return {
         **_training_settings(config, "actor_train", passes=config.ppo_epochs),
         "temperature": config.actor_infer.generating_args.temperature,
         "reference_path": path if needs_reference else None,
+        "lora": lora_settings(args.lora_target, args.lora_rank, args.lora_alpha),
     }
 
 

@@ -82,6 +82,60 @@ UNSUPPORTED_STRATEGIES = {
 """ROLL's other strategy names, with what to use instead."""
 
 
+LORA_STRATEGY_NAMES = ("torch",)
+"""Strategies that train a LoRA adapter (``actor_train.model_args.lora_target``)."""
+
+ALL_LINEAR = "all-linear"
+"""The ``lora_target`` entry for every linear layer but the output layer (ROLL's and
+peft's ``all-linear``)."""
+
+UNBUILT_LORA_TARGETS = {
+    "all-embedding": "LoRA on embeddings is not built (the merged export of a tied "
+    "embedding would change the output layer too)",
+    "all-router": "LoRA on MoE routers is not built (no MoE model trains here)",
+}
+"""ROLL's other ``lora_target`` shorthands, with why they are refused."""
+
+LORA_REGEX_CHARACTERS = ("*", "$", "|", "(")
+"""A ``lora_target`` string with one of these is a regular expression (ROLL's rule),
+matched against whole module names; otherwise a comma-separated list of names."""
+
+
+def parse_lora_target(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...] | str:
+    """ROLL's ``lora_target``: a regular expression (a string with any of
+    :data:`LORA_REGEX_CHARACTERS`) as it is, else the names of a comma-separated
+    string or a list.
+
+    Raises:
+        ValueError: On no name, a bad regular expression, or a shorthand of
+            :data:`UNBUILT_LORA_TARGETS`.
+    """
+    import re
+
+    if isinstance(value, str) and any(char in value for char in LORA_REGEX_CHARACTERS):
+        try:
+            re.compile(value)
+        except re.error as error:
+            raise ValueError(
+                f"lora_target={value!r} is not a regular expression: {error}"
+            ) from None
+        return value
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = tuple(dict.fromkeys(str(item).strip() for item in items if str(item).strip()))
+    if not names:
+        raise ValueError(
+            f"lora_target={value!r} names no module; give module names (q_proj,v_proj), "
+            f"{ALL_LINEAR!r}, or a regular expression"
+        )
+    for name in names:
+        if name in UNBUILT_LORA_TARGETS:
+            raise ValueError(
+                f"lora_target={value!r}: {name!r}: {UNBUILT_LORA_TARGETS[name]}; use "
+                f"{ALL_LINEAR!r} or module names"
+            )
+    return names
+
+
 MODES = ("both", "explore", "train")
 """``mode`` (Trinity-RFT's key): one process that explores and trains, or the explorer's
 or the trainer's half of a decoupled job (docs/explorer_trainer.md)."""

@@ -15,6 +15,7 @@ from pydantic import (
 from agentgym.choices import (
     BUFFER_STORAGE,
     CRITIC_STRATEGY_NAMES,
+    LORA_STRATEGY_NAMES,
     MODES,
     PG_VARIANT_KNOBS,
     STRATEGY_NAMES,
@@ -24,6 +25,7 @@ from agentgym.choices import (
     UNBUILT_SYNC_METHODS,
     UNSUPPORTED_STRATEGIES,
     check_reward_options,
+    parse_lora_target,
 )
 from agentgym.cluster import plan_placement
 from agentgym.config_sections import DataArgs, Role
@@ -218,12 +220,50 @@ def check_relations(config: TrainConfig) -> None:
         )
     if name not in STRATEGY_NAMES:
         check_choice("actor_train.strategy_args.strategy_name", str(name), STRATEGY_NAMES)
+    check_lora(config)
     backend = config.actor_infer.strategy_args.strategy_name
     check_choice("actor_infer.strategy_args.strategy_name", str(backend), BACKENDS)
     try:
         check_backend(str(backend), config.generation.base_url)
     except ValueError as error:
         raise ConfigError(str(error)) from None
+
+
+def check_lora(config: TrainConfig) -> None:
+    """LoRA (``model_args.lora_target``) trains ``actor_train``'s policy on the torch
+    strategy; ``lora_rank`` and ``lora_alpha`` apply only with it."""
+    for role in ("actor_train", "actor_infer", "critic", "reference"):
+        args = getattr(config, role).model_args
+        if args.lora_target is None:
+            given = {"lora_alpha": args.lora_alpha} if args.lora_alpha is not None else {}
+            if args.lora_rank != type(args)().lora_rank:
+                given["lora_rank"] = args.lora_rank
+            if given:
+                raise ConfigError(
+                    f"{role}.model_args sets {given} without lora_target: they apply only to "
+                    f"a LoRA adapter; set {role}.model_args.lora_target or drop them"
+                )
+        elif role != "actor_train":
+            raise ConfigError(
+                f"{role}.model_args.lora_target={args.lora_target!r}: LoRA trains "
+                "actor_train's policy (the engines get its merged weights, the reference is "
+                "its base); set actor_train.model_args.lora_target and drop this one"
+            )
+    args = config.actor_train.model_args
+    if args.lora_target is None:
+        return
+    try:
+        parse_lora_target(args.lora_target)
+    except ValueError as error:
+        raise ConfigError(f"actor_train.model_args.{error}") from None
+    name = str(config.actor_train.strategy_args.strategy_name)
+    if name not in LORA_STRATEGY_NAMES:
+        raise ConfigError(
+            f"actor_train.model_args.lora_target={args.lora_target!r} with strategy_name="
+            f"{name!r}: LoRA is built on the torch strategy only; set actor_train."
+            "strategy_args.strategy_name: torch (one process per device, data parallel over "
+            "Ray ranks), or drop model_args.lora_target to fine-tune every weight"
+        )
 
 
 def dual_clip_c(config: TrainConfig) -> float | None:

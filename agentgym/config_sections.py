@@ -161,6 +161,9 @@ class ModelArgs(Section):
     disable_gradient_checkpointing: Bool = True
     attn_implementation: str | None = None
     model_name_or_path: str | None = None
+    lora_target: str | list[str] | None = None  # LoRA: trainers/strategies/lora.py
+    lora_rank: PositiveInt = 8
+    lora_alpha: PositiveInt | None = None  # None: 2 × lora_rank (ROLL's)
 
 
 class TrainingArgs(Section):

@@ -57,17 +57,14 @@ EXPECTED: dict[str, str | None] = {
     M + "agentic_val_webshop_gigpo.yaml": TRAINS,
     A + "agent_val_frozen_lake-pg_var.yaml": TRAINS,
     A + "agent_val_frozen_lake-pg_var_is_correct.yaml": TRAINS,
-    # until dynamic batching and LoRA are built
+    # until dynamic batching is built
     A + "agentic_val_sokoban_dynamic_batching.yaml": (
         "actor_train.use_dynamic_batching_in_train=True: dynamic batching (micro-batches by "
         "token budget) is not built yet; drop use_dynamic_batching_*, "
         "max_tokens_per_microbatch_* and sequence_length_round_* to train on micro-batches "
         "of per_device_train_batch_size samples"
     ),
-    A + "agentic_val_sokoban_lora.yaml": (
-        "actor_train.model_args.lora_target='all-linear': LoRA is not built yet; drop "
-        "model_args.lora_target, lora_rank and lora_alpha to fine-tune every weight"
-    ),
+    A + "agentic_val_sokoban_lora.yaml": TRAINS,
     # ROLL's own runners, envs and tools
     A + "agentic_val_sokoban_agent_runner.yaml": (
         "custom_envs.SimpleSokoban.env_manager_cls='roll.pipeline.agentic.env_manager."

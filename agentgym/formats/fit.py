@@ -3,7 +3,8 @@
 A file written for a GPU cluster (ROLL's examples ask for 8 GPUs, Megatron with
 tensor parallelism, flash attention) runs on a CPU machine after a few changes:
 its GPU placement becomes one CPU process, ``megatron_train`` runs on one rank
-(or as the torch strategy where megatron-core is missing), flash attention
+(or as the torch strategy where megatron-core is missing or the role trains a LoRA
+adapter), flash attention
 becomes SDPA. :func:`fit_to_machine` makes exactly those changes, returns each
 as a :class:`Change` (printed as a table at the start of the run), and with
 ``fit_to_machine: false`` in the config refuses them all, naming each.
@@ -104,7 +105,8 @@ def fit_to_machine(raw: Mapping[str, Any], machine: Machine | None = None) -> Fi
     On a machine without CUDA, with ``distributed`` left ``local``: the GPU
     placement becomes one CPU process (``num_gpus_per_node`` → 0, every role's
     ``device_mapping`` dropped) and ``megatron_train`` one rank (its parallel
-    sizes 1; the torch strategy where megatron-core is missing). Flash attention
+    sizes 1; the torch strategy where megatron-core is missing or the role trains a
+    LoRA adapter). Flash attention
     becomes SDPA (the same attention, computed by torch) where flash-attn cannot run.
 
     Raises:
@@ -119,7 +121,8 @@ def fit_to_machine(raw: Mapping[str, Any], machine: Machine | None = None) -> Fi
         for role in ("actor_train", "critic"):
             strategy = (data.get(role) or {}).get("strategy_args") or {}
             if strategy.get("strategy_name") == "megatron_train":
-                _one_megatron_rank(role, strategy, machine, changes)
+                lora = ((data.get(role) or {}).get("model_args") or {}).get("lora_target")
+                _one_megatron_rank(role, strategy, machine, changes, lora=lora is not None)
     if not machine.flash_attn:
         for role in DEVICE_ROLES:
             model_args = (data.get(role) or {}).get("model_args") or {}
@@ -157,18 +160,23 @@ def _one_cpu_process(data: dict[str, Any], changes: list[Change]) -> None:
 
 
 def _one_megatron_rank(
-    role: str, strategy: dict[str, Any], machine: Machine, changes: list[Change]
+    role: str, strategy: dict[str, Any], machine: Machine, changes: list[Change], *, lora: bool
 ) -> None:
     config = strategy.get("strategy_config") or {}
-    if not machine.megatron:
+    if not machine.megatron or lora:
+        why = (
+            "one CPU process is one rank, and the torch strategy trains LoRA adapters "
+            "(megatron_train does not)"
+            if lora
+            else "megatron-core is not installed (pip install 'agentgym[megatron]')"
+        )
         strategy.update(strategy_name="torch", strategy_config={})
         changes.append(
             Change(
                 f"{role}.strategy_args.strategy_name",
                 "megatron_train",
                 "torch",
-                f"megatron-core is not installed (pip install 'agentgym[megatron]'); "
-                f"strategy_config {config} dropped",
+                f"{why}; strategy_config {config} dropped",
             )
         )
         return

@@ -46,10 +46,6 @@ NOT_BUILT = {
         "use_dynamic_batching_*, max_tokens_per_microbatch_* and sequence_length_round_* "
         "to compute log-probabilities on micro-batches of per_device_train_batch_size samples"
     ),
-    "model_args.lora_target": (
-        "LoRA is not built yet; drop model_args.lora_target, lora_rank and lora_alpha to "
-        "fine-tune every weight"
-    ),
 }
 """Per-role ROLL keys with no counterpart yet: set (true, or any target), each is an
 error with what to do instead; unset, they and their companions are dropped."""
@@ -59,8 +55,6 @@ COMPANIONS = (
     "sequence_length_round_in_train",
     "max_tokens_per_microbatch_in_infer",
     "sequence_length_round_in_infer",
-    "model_args.lora_rank",
-    "model_args.lora_alpha",
 )
 """Per-role keys that only matter with a :data:`NOT_BUILT` key set (ROLL ignores them
 otherwise, and so does the translation, with a note)."""
@@ -219,6 +213,40 @@ def _not_built(data: dict[str, Any], notes: list[str]) -> None:
                 )
 
 
+LORA_KEYS = ("lora_target", "lora_rank", "lora_alpha")
+"""ROLL's LoRA keys of a role's ``model_args`` (:mod:`agentgym.trainers.strategies.lora`)."""
+
+
+def _lora(data: dict[str, Any], notes: list[str]) -> None:
+    """``actor_train.model_args``' LoRA keys stay (the schema reads them, ROLL's
+    ``lora_alpha`` default of 2 × ``lora_rank`` included); without ``lora_target``
+    ROLL ignores ``lora_rank`` and ``lora_alpha``, and so does the translation. ROLL
+    repeats the keys under ``actor_infer`` for vLLM's LoRA path; here the engines get
+    the adapter merged into the weights, so with actor_train's adapter set they are
+    dropped."""
+    for role in ROLES:
+        model_args = (data.get(role) or {}).get("model_args")
+        if not isinstance(model_args, dict) or model_args.get("lora_target"):
+            continue
+        for key in ("lora_rank", "lora_alpha"):
+            value = model_args.pop(key, None)
+            if value is not None:
+                notes.append(
+                    f"{role}.model_args.{key}={value} dropped: ROLL reads it only with "
+                    "model_args.lora_target on"
+                )
+    trains = (data.get("actor_train") or {}).get("model_args") or {}
+    model_args = (data.get("actor_infer") or {}).get("model_args")
+    if not trains.get("lora_target") or not isinstance(model_args, dict):
+        return
+    given = sorted(key for key in LORA_KEYS if model_args.pop(key, None) is not None)
+    if given:
+        notes.append(
+            f"actor_infer.model_args {given} dropped: the engines get actor_train's adapter "
+            "merged into the weights (every backend serves them), not the adapter"
+        )
+
+
 def _pop_path(section: dict[str, Any], path: str) -> Any:
     head, _, rest = path.partition(".")
     if not rest:
@@ -297,4 +325,5 @@ def training_keys(data: dict[str, Any], notes: list[str]) -> None:
     _old_logprobs(data, notes)
     _rollout_mock(data, notes)
     _not_built(data, notes)
+    _lora(data, notes)
     _roles(data, notes)

@@ -15,7 +15,16 @@ from agentgym.trainers.strategies.base import (
     accumulated_step,
     micro_batches,
 )
-from agentgym.trainers.strategies.hf_folder import load_weights, save_model
+from agentgym.trainers.strategies.hf_folder import load_weights, save_model, write_streamed
+from agentgym.trainers.strategies.lora import (
+    ADAPTER_DIR,
+    AdapterOff,
+    LoraSettings,
+    add_adapter,
+    load_adapter,
+    merged_weights,
+    save_adapter,
+)
 from agentgym.trainers.strategies.optim import OptimizerConfig, build_optimizer, optimizer_step
 from agentgym.trajectory import RolloutBatch
 
@@ -66,8 +75,12 @@ class TorchStrategy:
         optimizer: AdamW, its schedule and gradient clipping.
         temperature: The sampling temperature; logits are divided by it.
         micro_batch_size: Rows per forward pass of :meth:`logprobs`.
-        reference_path: The frozen reference model's folder (None: no reference).
+        reference_path: The frozen reference model's folder (None: no reference). With
+            ``lora``, the policy's own folder: the reference is the base under the
+            adapter (:class:`~.lora.AdapterOff`), no second copy.
         attn_implementation: Passed to ``from_pretrained`` (None: transformers' default).
+        lora: Train a LoRA adapter (:mod:`~agentgym.trainers.strategies.lora`) instead of
+            every weight (None); the optimizer holds the adapter's parameters only.
     """
 
     collective_io: ClassVar[bool] = False
@@ -85,9 +98,13 @@ class TorchStrategy:
         micro_batch_size: int = 128,
         reference_path: str | Path | None = None,
         attn_implementation: str | None = None,
+        lora: LoraSettings | None = None,
     ) -> None:
         optimizer.schedule()  # a bad schedule fails before the model is read
+        if lora is not None and reference_path is not None:
+            _check_lora_reference(model_path, reference_path)
         self.model_path = Path(model_path)
+        self.lora = lora
         self.device = torch.device(device)
         self.temperature = temperature
         self.micro_batch_size = micro_batch_size
@@ -95,8 +112,14 @@ class TorchStrategy:
         self.model = self._load(model_path, dtype, attn_implementation)
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
-        self.reference = None
-        if reference_path is not None:
+        self.reference: Any = None
+        if lora is not None:
+            if gradient_checkpointing:  # the frozen embedding's output must carry a gradient
+                self.model.enable_input_require_grads()
+            self.model = add_adapter(self.model, lora)
+            if reference_path is not None:
+                self.reference = AdapterOff(self.model)
+        elif reference_path is not None:
             self.reference = self._load(reference_path, dtype, attn_implementation)
             self.reference.eval().requires_grad_(False)
         self.optimizer, self.scheduler = build_optimizer(self.model, optimizer)
@@ -205,22 +228,51 @@ class TorchStrategy:
         return optimizer_step(self.model, self.optimizer, self.scheduler, self.max_grad_norm)
 
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """The model's parameters and buffers by Hugging Face name (the live tensors)."""
-        yield from self.model.state_dict().items()
+        """The model's parameters and buffers by Hugging Face name (the live tensors);
+        with LoRA, the base's names with each adapted weight merged, computed one at
+        a time (:func:`~.lora.merged_weights`)."""
+        if self.lora is not None:
+            yield from merged_weights(self.model)
+        else:
+            yield from self.model.state_dict().items()
 
     def save(self, directory: Path) -> None:
         """Write a complete Hugging Face folder (weights, sharded past
         :data:`~agentgym.trainers.strategies.hf_folder.MAX_SHARD_SIZE`, config,
-        tokenizer, chat template) under ``model/``, and the optimizer and scheduler states."""
-        save_model(self.model, directory / "model", tokenizer_from=self.model_path)
+        tokenizer, chat template) under ``model/``, and the optimizer and scheduler states.
+        With LoRA, also the adapter under :data:`~.lora.ADAPTER_DIR` (what :meth:`load`
+        reads); ``model/`` holds the merged weights, written tensor by tensor."""
+        if self.lora is not None:
+            save_adapter(self.model, directory / ADAPTER_DIR)
+            write_streamed(
+                directory / "model",
+                merged_weights(self.model),
+                model=self.model.get_base_model(),
+                tokenizer_from=self.model_path,
+            )
+        else:
+            save_model(self.model, directory / "model", tokenizer_from=self.model_path)
         torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
         torch.save(self.scheduler.state_dict(), directory / "scheduler.pt")
 
     def load(self, directory: Path) -> None:
-        """Restore what :meth:`save` wrote, in place (any shard layout, tied weights)."""
-        load_weights(self.model, directory / "model", device=self.device)
+        """Restore what :meth:`save` wrote, in place (any shard layout, tied weights;
+        with LoRA, the adapter on the base this strategy was built from)."""
+        if self.lora is not None:
+            load_adapter(self.model, directory / ADAPTER_DIR)
+        else:
+            load_weights(self.model, directory / "model", device=self.device)
         self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
         self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=True))
+
+
+def _check_lora_reference(model_path: str | Path, reference_path: str | Path) -> None:
+    if Path(reference_path).resolve() != Path(model_path).resolve():
+        raise ValueError(
+            f"with LoRA the reference is the policy's base ({model_path}) under the adapter; "
+            f"reference_path={str(reference_path)!r} differs: pass the policy's folder, or "
+            "train without LoRA to use another reference"
+        )
 
 
 def to_device(batch: RolloutBatch, device: torch.device) -> RolloutBatch:

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentgym.trainers.strategies.lora import refuse_lora
+
 
 def build_fsdp2(model_path: Path, strategy_config: Mapping[str, Any], **settings: Any) -> Any:
     """Build :class:`~agentgym.trainers.strategies.fsdp2.strategy.FSDP2Strategy`, its
@@ -16,7 +18,9 @@ def build_fsdp2(model_path: Path, strategy_config: Mapping[str, Any], **settings
 
     Raises:
         ConfigError: On a key it cannot honour or does not know (naming each).
+        ValueError: On a LoRA adapter (``lora``): built on the torch strategy only.
     """
+    refuse_lora("fsdp2_train", settings)
     from agentgym.trainers.strategies.fsdp2.options import check_config
     from agentgym.trainers.strategies.fsdp2.strategy import FSDP2Strategy
 

@@ -11,13 +11,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentgym.trainers.strategies.lora import refuse_lora
+
 
 def build_megatron(model_path: Path, strategy_config: Mapping[str, Any], **settings: Any) -> Any:
     """Build :class:`~agentgym.trainers.strategies.megatron.strategy.MegatronStrategy`.
 
     Raises:
         ImportError: When megatron-core is not installed (names the extra).
+        ValueError: On a LoRA adapter (``lora``): built on the torch strategy only.
     """
+    refuse_lora("megatron_train", settings)
     try:
         import megatron.core  # noqa: F401
     except ImportError as error:
