@@ -38,6 +38,7 @@ from agentgym.trainers.recipe_config import AdvantageConfig, GRPOConfig, LossCon
 from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.run_state import RUN_CONFIG
 from agentgym.trainers.strategies import Critic, Strategy, build_critic, build_strategy
+from agentgym.trainers.strategies.batching import TokenBudget
 from agentgym.trainers.strategies.lora import lora_settings
 from agentgym.trainers.strategies.optim import OptimizerConfig, optimizer_steps
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
@@ -386,9 +387,30 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
         seed=config.seed,
         max_failed_fraction=config.max_failed_fraction,
         rpc_timeout=config.rpc_timeout,
+        train_token_budget=token_budget(
+            config.actor_train.use_dynamic_batching_in_train,
+            config.actor_train.max_tokens_per_microbatch_in_train,
+            config.actor_train.sequence_length_round_in_train,
+        ),
+        logprobs_token_budget=token_budget(
+            config.actor_train.use_dynamic_batching_in_infer,
+            config.actor_train.max_tokens_per_microbatch_in_infer,
+            config.actor_train.sequence_length_round_in_infer,
+        ),
+        reference_token_budget=token_budget(
+            config.reference.use_dynamic_batching_in_infer,
+            config.reference.max_tokens_per_microbatch_in_infer,
+            config.reference.sequence_length_round_in_infer,
+        ),
         async_generation_ratio=config.async_generation_ratio,
     )
     return GRPOConfig(loss=loss, advantage=advantage, schedule=schedule)
+
+
+def token_budget(switch: bool, max_tokens: int | None, round_to: int) -> TokenBudget | None:
+    """A role's dynamic batching (ROLL's ``use_dynamic_batching_in_*``,
+    ``max_tokens_per_microbatch_*``, ``sequence_length_round_*``), or None when off."""
+    return TokenBudget(max_tokens or 0, round_to) if switch else None
 
 
 def default_grpo_config(**overrides: Any) -> GRPOConfig:

@@ -138,6 +138,62 @@ def check_training(config: TrainConfig) -> None:
             f"π_old recomputed by the trainer: set old_logprobs=trainer "
             f"(it is {config.old_logprobs!r})"
         )
+    check_dynamic_batching(config)
+
+
+DYNAMIC_BATCHING = {
+    ("actor_train", "train"): "",
+    ("actor_train", "infer"): "",
+    ("reference", "infer"): "",
+    ("reference", "train"): "the reference is never trained",
+    ("actor_infer", "train"): "actor_infer generates and is never trained",
+    ("actor_infer", "infer"): "the generation engine batches its requests itself (ROLL's "
+    "agentic pipeline reads dynamic batching for actor_train and reference only)",
+    ("critic", "train"): "the critic trains on micro-batches of per_device_train_batch_size "
+    "rows (ROLL's agentic pipeline batches only actor_train and reference by tokens)",
+    ("critic", "infer"): "the critic values micro-batches of per_device_train_batch_size rows "
+    "(ROLL's agentic pipeline batches only actor_train and reference by tokens)",
+}
+"""Each role's phase -> "" where dynamic batching applies, else why not."""
+
+
+def check_dynamic_batching(config: TrainConfig) -> None:
+    """ROLL's ``use_dynamic_batching_in_{train,infer}`` with ``max_tokens_per_microbatch_*``
+    and ``sequence_length_round_*``, per role (:data:`DYNAMIC_BATCHING`): a budget that
+    holds the longest sample, and no companion key set without its switch."""
+    fields = Role.model_fields
+    for (role_name, phase), why_not in DYNAMIC_BATCHING.items():
+        role = getattr(config, role_name)
+        switch = f"use_dynamic_batching_in_{phase}"
+        keys = [
+            switch,
+            f"max_tokens_per_microbatch_in_{phase}",
+            f"sequence_length_round_in_{phase}",
+        ]
+        changed = [key for key in keys if getattr(role, key) != fields[key].default]
+        if why_not and changed:
+            raise ConfigError(
+                f"{role_name}.{changed[0]}={getattr(role, changed[0])!r}: dynamic batching does "
+                f"not apply to {role_name} ({why_not}); drop {role_name}'s {phase} keys"
+            )
+        if not getattr(role, switch):
+            if changed:
+                raise ConfigError(
+                    f"{role_name}.{changed[0]}={getattr(role, changed[0])!r} applies only with "
+                    f"{role_name}.{switch}=true; set it, or drop {changed[0]}"
+                )
+            continue
+        budget = getattr(role, keys[1]) or 0
+        step = getattr(role, keys[2])
+        longest = -(-config.sequence_length // step) * step
+        if budget < longest:
+            raise ConfigError(
+                f"{role_name}.{keys[1]}={budget or None} cannot hold a sample of sequence_length="
+                f"{config.sequence_length} tokens ({longest} once rounded up to a multiple of "
+                f"{keys[2]}={step}): "
+                f"set it to at least {longest} (ROLL recommends sequence_length × 2 × "
+                "per_device_train_batch_size)"
+            )
 
 
 def check_scheduling(config: TrainConfig) -> None:

@@ -210,6 +210,13 @@ class Role(Section):
     num_gpus_per_worker: PositiveInt = 1
     model_update_frequency: PositiveInt = 1
     infer_batch_size: PositiveInt | None = None
+    # ROLL's dynamic batching: micro-batches by token budget (trainers/strategies/batching.py)
+    use_dynamic_batching_in_train: Bool = False
+    max_tokens_per_microbatch_in_train: NonNegativeInt = 0
+    sequence_length_round_in_train: PositiveInt = 4
+    use_dynamic_batching_in_infer: Bool = False
+    max_tokens_per_microbatch_in_infer: PositiveInt | None = None
+    sequence_length_round_in_infer: PositiveInt = 4
 
 
 # Env managers ---------------------------------------------------------------------------

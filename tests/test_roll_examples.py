@@ -57,13 +57,7 @@ EXPECTED: dict[str, str | None] = {
     M + "agentic_val_webshop_gigpo.yaml": TRAINS,
     A + "agent_val_frozen_lake-pg_var.yaml": TRAINS,
     A + "agent_val_frozen_lake-pg_var_is_correct.yaml": TRAINS,
-    # until dynamic batching is built
-    A + "agentic_val_sokoban_dynamic_batching.yaml": (
-        "actor_train.use_dynamic_batching_in_train=True: dynamic batching (micro-batches by "
-        "token budget) is not built yet; drop use_dynamic_batching_*, "
-        "max_tokens_per_microbatch_* and sequence_length_round_* to train on micro-batches "
-        "of per_device_train_batch_size samples"
-    ),
+    A + "agentic_val_sokoban_dynamic_batching.yaml": TRAINS,
     A + "agentic_val_sokoban_lora.yaml": TRAINS,
     # ROLL's own runners, envs and tools
     A + "agentic_val_sokoban_agent_runner.yaml": (
@@ -311,6 +305,30 @@ def test_per_role_system_envs_join_the_top_level_ones() -> None:
     )
     with pytest.raises(ConfigError, match=r"reference.system_envs.USE_MODELSCOPE='0', but sys"):
         translate(name, "++reference.system_envs.USE_MODELSCOPE='0'")
+
+
+def test_dynamic_batching_keys_stay_on_their_roles_and_the_reference_runs_on_actor_train() -> None:
+    name = A + "agentic_val_sokoban_dynamic_batching.yaml"
+    translation = translate(name)
+    actor, reference = translation.config["actor_train"], translation.config["reference"]
+    assert (
+        actor["use_dynamic_batching_in_train"],
+        actor["max_tokens_per_microbatch_in_train"],
+        actor["sequence_length_round_in_train"],
+        actor["max_tokens_per_microbatch_in_infer"],
+    ) == (True, 8192, 128, 16384)
+    assert reference["max_tokens_per_microbatch_in_infer"] == 16384
+    assert (
+        "reference.strategy_args.strategy_name=megatron_infer: the reference runs forward "
+        "passes in actor_train's ranks on its strategy (megatron_train)"
+    ) in translation.notes
+    # with its switch off, ROLL ignores a budget: so does the translation, with a note
+    off = translate(name, "actor_train.use_dynamic_batching_in_train=false")
+    assert "max_tokens_per_microbatch_in_train" not in off.config["actor_train"]
+    assert (
+        "actor_train.max_tokens_per_microbatch_in_train=8192 dropped: ROLL reads it only with "
+        "use_dynamic_batching_in_train on"
+    ) in off.notes
 
 
 def test_old_logprobs_recompute_is_the_trainers_old_logprobs() -> None:

@@ -106,7 +106,9 @@ def prepare_batch(
         batch = batch.rows(keep.nonzero()[:, 0], width=int(batch.attention_mask[keep].sum(1).max()))
     mask = batch.loss_mask.float()  # [B, T]
     # π_old: the engine's logprobs (bypass), or the trainer's (the proximal policy)
-    proximal = None if config.loss.old_logprobs == "engine" else strategy.logprobs(batch) * mask
+    proximal = None  # [B, T]
+    if config.loss.old_logprobs == "trainer":
+        proximal = strategy.logprobs(batch, config.schedule.logprobs_token_budget) * mask
     correction = correction_terms(
         batch.loss_mask, batch.engine_logprobs, proximal, config.loss.train_infer_correction
     )
@@ -114,7 +116,9 @@ def prepare_batch(
     metrics.update({f"actor/{key}": value for key, value in correction.metrics.items()})
     penalty = None  # [B, T]: beta * KL, the token-level KL penalty
     if config.needs_reference:
-        batch.ref_logprobs = strategy.reference_logprobs(batch) * mask
+        batch.ref_logprobs = (
+            strategy.reference_logprobs(batch, config.schedule.reference_token_budget) * mask
+        )
         if config.advantage.add_token_level_kl:
             penalty = token_level_kl_penalty(config, parts, batch, metrics)
     normalized, token_rewards = reward_signal(

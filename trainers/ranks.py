@@ -33,6 +33,7 @@ import torch
 
 from agentgym.cluster.handles import WorkerHandle
 from agentgym.trainers.strategies.base import Metric, MetricReducer
+from agentgym.trainers.strategies.batching import TokenBudget
 from agentgym.trajectory import RolloutBatch
 
 WEIGHT_BUCKET_BYTES = 256 << 20
@@ -127,12 +128,15 @@ class GroupRank:
         """See :attr:`~agentgym.trainers.strategies.base.RankStrategy.collective_io`."""
         return bool(getattr(type(self.strategy), "collective_io", False))
 
-    def rows(self, method: str, batch: RolloutBatch) -> torch.Tensor:
+    def rows(
+        self, method: str, batch: RolloutBatch, budget: TokenBudget | None = None
+    ) -> torch.Tensor:
         """``[b, T]``: the strategy's ``method`` (one of :data:`ROW_METHODS`) on this
-        rank's share of rows."""
+        rank's share of rows (with ``budget``'s micro-batches when given)."""
         if method not in ROW_METHODS:
             raise ValueError(f"{method!r} is not a row method; valid: {sorted(ROW_METHODS)}")
-        return getattr(self.strategy, method)(batch)
+        extra = {} if budget is None else {"budget": budget}
+        return getattr(self.strategy, method)(batch, **extra)
 
     def train_step(
         self, micro_batches: Sequence[RolloutBatch], loss_fn: Any
@@ -216,11 +220,14 @@ class RankGroup:
         """Call ``method`` with the same ``args`` on every rank at the same time."""
         return self.call_each(method, [args] * self.world_size)
 
-    def call_on_rows(self, method: str, batch: RolloutBatch) -> torch.Tensor:
+    def call_on_rows(
+        self, method: str, batch: RolloutBatch, budget: TokenBudget | None = None
+    ) -> torch.Tensor:
         """``[B, T]``: the strategy's ``method`` on the batch's rows split over the
-        ranks (:func:`split_rows`; every rank is called), concatenated."""
+        ranks (:func:`split_rows`; every rank is called, each cutting its share by
+        ``budget`` when given), concatenated."""
         parts = split_rows(batch, self.world_size)
-        results = self.call_each("rows", [(method, part) for part in parts])
+        results = self.call_each("rows", [(method, part, budget) for part in parts])
         width = batch.input_ids.shape[1]
         padded = [torch.nn.functional.pad(r, (0, width - r.shape[1])) for r in results]
         return torch.cat(padded)  # [B, T]
@@ -270,13 +277,15 @@ class RankGroup:
 class PolicyGroup(RankGroup):
     """The policy's ranks as a :class:`~agentgym.trainers.strategies.Strategy`."""
 
-    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+    def logprobs(self, batch: RolloutBatch, budget: TokenBudget | None = None) -> torch.Tensor:
         """``[B, T]``: the batch's rows split over the ranks."""
-        return self.call_on_rows("logprobs", batch)
+        return self.call_on_rows("logprobs", batch, budget)
 
-    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+    def reference_logprobs(
+        self, batch: RolloutBatch, budget: TokenBudget | None = None
+    ) -> torch.Tensor:
         """``[B, T]`` under the reference, rows split over the ranks."""
-        return self.call_on_rows("reference_logprobs", batch)
+        return self.call_on_rows("reference_logprobs", batch, budget)
 
 
 class CriticGroup(RankGroup):

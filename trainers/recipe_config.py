@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from agentgym.trainers.correction import CorrectionConfig
+from agentgym.trainers.strategies.batching import TokenBudget
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,12 @@ class ScheduleConfig:
     seed: int
     max_failed_fraction: float
     rpc_timeout: float
+    train_token_budget: TokenBudget | None
+    """``actor_train``'s dynamic batching of the update (None: ``micro_batch_size`` rows)."""
+    logprobs_token_budget: TokenBudget | None
+    """``actor_train``'s dynamic batching of π_old's forward passes (``old_logprobs=trainer``)."""
+    reference_token_budget: TokenBudget | None
+    """``reference``'s dynamic batching of its forward passes."""
     async_generation_ratio: float = 0.0
     """k > 0: rollout runs up to k steps ahead of training (docs/async.md)."""
 

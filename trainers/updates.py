@@ -1,6 +1,8 @@
 """The updates of one step: ``ppo_epochs`` shuffled passes of policy mini-batches, and
 the critic's one pass (ROLL's critic takes one epoch), each through its strategy's
-``train_step`` with the micro-batches of a mini-batch.
+``train_step`` with the micro-batches of a mini-batch: ``micro_batch_size`` rows, or
+with ``actor_train``'s dynamic batching a token budget's
+(:mod:`~agentgym.trainers.strategies.batching`; the same update either way).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from agentgym.progress import progress
 from agentgym.trainers.loss_terms import group_difficulty, sample_weights
 from agentgym.trainers.objectives import PolicyLoss, ValueLoss
 from agentgym.trainers.strategies import Critic, Metric, MetricReducer, Strategy, micro_batches
+from agentgym.trainers.strategies.batching import cut, padded_tokens
 from agentgym.trajectory import RolloutBatch
 
 if TYPE_CHECKING:
@@ -44,12 +47,17 @@ def update_policy(
     Returns:
         ``actor/*`` metrics: each mini-batch's value (over its micro-batches, by
         each metric's reduction) averaged over the updates; ``ratio_min`` and
-        ``ratio_max`` are the extremes over all updates.
+        ``ratio_max`` are the extremes over all updates. With dynamic batching also
+        ``padded_tokens`` (the forward passes' tokens beyond the real ones, summed
+        over the updates) and ``padded_tokens_fixed`` (the same with micro-batches
+        of ``micro_batch_size`` rows).
     """
     if step <= config.schedule.critic_warmup:
         return {"actor/updates": 0.0}
+    size, budget = config.schedule.micro_batch_size, config.schedule.train_token_budget
     chunks = minibatches(config, batch, step)
     updates = MetricReducer()
+    padded = {"actor/padded_tokens": 0.0, "actor/padded_tokens_fixed": 0.0}
     for chunk in progress(chunks, f"step {step} update", enabled=sys.stderr.isatty()):
         if (
             config.loss.length_loss_weight or config.loss.difficulty_loss_weight
@@ -65,9 +73,11 @@ def update_policy(
             num_tokens=chunk.loss_mask.sum().clamp(min=1),
             num_seqs=(chunk.loss_mask.sum(1) > 0).sum().clamp(min=1),
         )
-        result = strategy.train_step(
-            list(micro_batches(chunk, config.schedule.micro_batch_size)), loss
-        )
+        parts, _ = cut(chunk, size, budget)
+        if budget is not None:
+            padded["actor/padded_tokens"] += padded_tokens(parts)[0]
+            padded["actor/padded_tokens_fixed"] += padded_tokens(cut(chunk, size, None)[0])[0]
+        result = strategy.train_step(parts, loss)
         # a mini-batch's shares have added up to its value: average those over updates
         updates.add(
             {
@@ -75,9 +85,8 @@ def update_policy(
                 for key, m in result.items()
             }
         )
-    return {f"actor/{key}": value for key, value in updates.values().items()} | {
-        "actor/updates": float(len(chunks))
-    }
+    logged = {f"actor/{key}": value for key, value in updates.values().items()}
+    return logged | {"actor/updates": float(len(chunks))} | (padded if budget else {})
 
 
 def update_critic(

@@ -35,29 +35,18 @@ keyword arguments of :mod:`agentgym.trainers.pg_variants`)."""
 
 ROLES = ("actor_train", "actor_infer", "critic", "reference")
 
-NOT_BUILT = {
-    "use_dynamic_batching_in_train": (
-        "dynamic batching (micro-batches by token budget) is not built yet; drop "
-        "use_dynamic_batching_*, max_tokens_per_microbatch_* and sequence_length_round_* "
-        "to train on micro-batches of per_device_train_batch_size samples"
-    ),
-    "use_dynamic_batching_in_infer": (
-        "dynamic batching (micro-batches by token budget) is not built yet; drop "
-        "use_dynamic_batching_*, max_tokens_per_microbatch_* and sequence_length_round_* "
-        "to compute log-probabilities on micro-batches of per_device_train_batch_size samples"
-    ),
-}
+NOT_BUILT: dict[str, str] = {}
 """Per-role ROLL keys with no counterpart yet: set (true, or any target), each is an
 error with what to do instead; unset, they and their companions are dropped."""
 
-COMPANIONS = (
-    "max_tokens_per_microbatch_in_train",
-    "sequence_length_round_in_train",
-    "max_tokens_per_microbatch_in_infer",
-    "sequence_length_round_in_infer",
-)
-"""Per-role keys that only matter with a :data:`NOT_BUILT` key set (ROLL ignores them
-otherwise, and so does the translation, with a note)."""
+COMPANIONS = {
+    "max_tokens_per_microbatch_in_train": "use_dynamic_batching_in_train",
+    "sequence_length_round_in_train": "use_dynamic_batching_in_train",
+    "max_tokens_per_microbatch_in_infer": "use_dynamic_batching_in_infer",
+    "sequence_length_round_in_infer": "use_dynamic_batching_in_infer",
+}
+"""Per-role key -> the switch it only matters with (ROLL ignores it with the switch off,
+and so does the translation, with a note; the schema would refuse it)."""
 
 GIGPO_KEYS = ("episode_reward_weight", "step_reward_weight", "step_reward_gamma")
 """ROLL's GiGPO weights and step discount (read only with ``adv_estimator: gigpo``)."""
@@ -199,18 +188,17 @@ def _not_built(data: dict[str, Any], notes: list[str]) -> None:
         section = data.get(role)
         if not isinstance(section, dict):
             continue
+        on = {switch: bool(_get_path(section, switch)) for switch in set(COMPANIONS.values())}
         for key, why in NOT_BUILT.items():
             value = _pop_path(section, key)
             if value:
                 raise ConfigError(f"{role}.{key}={value!r}: {why}")
             if value is not None:
                 notes.append(f"{role}.{key}={value!r} dropped: off, as ROLL's default")
-        for key in COMPANIONS:
-            value = _pop_path(section, key)
+        for key, switch in COMPANIONS.items():
+            value = None if on[switch] else _pop_path(section, key)
             if value is not None:
-                notes.append(
-                    f"{role}.{key}={value} dropped: ROLL reads it only with its feature on"
-                )
+                notes.append(f"{role}.{key}={value} dropped: ROLL reads it only with {switch} on")
 
 
 LORA_KEYS = ("lora_target", "lora_rank", "lora_alpha")
@@ -245,6 +233,14 @@ def _lora(data: dict[str, Any], notes: list[str]) -> None:
             f"actor_infer.model_args {given} dropped: the engines get actor_train's adapter "
             "merged into the weights (every backend serves them), not the adapter"
         )
+
+
+def _get_path(section: dict[str, Any], path: str) -> Any:
+    head, _, rest = path.partition(".")
+    inner = section.get(head)
+    if not rest:
+        return inner
+    return _get_path(inner, rest) if isinstance(inner, dict) else None
 
 
 def _pop_path(section: dict[str, Any], path: str) -> Any:
@@ -287,6 +283,21 @@ def _roles(data: dict[str, Any], notes: list[str]) -> None:
             strategy["strategy_config"] = {}
         if isinstance(strategy, dict):
             _strategy_grad_norm(data, name, strategy.get("strategy_config") or {}, notes)
+        if name == "reference" and isinstance(strategy, dict) and strategy.get("strategy_name"):
+            _reference_strategy(data, strategy["strategy_name"], notes)
+
+
+def _reference_strategy(data: dict[str, Any], name: str, notes: list[str]) -> None:
+    """ROLL's reference is a forward-only worker of its own (``hf_infer``,
+    ``megatron_infer``, ``fsdp2_infer``: the training strategies' inference halves);
+    here the reference model lives in actor_train's ranks and runs forward passes on
+    actor_train's strategy (``megatron_infer`` beside ``megatron_train`` is that: a
+    Megatron model, forward only, on the policy's parallel layout)."""
+    trainer = ((data.get("actor_train") or {}).get("strategy_args") or {}).get("strategy_name")
+    notes.append(
+        f"reference.strategy_args.strategy_name={name}: the reference runs forward passes in "
+        f"actor_train's ranks on its strategy ({trainer or 'torch'})"
+    )
 
 
 def _strategy_grad_norm(

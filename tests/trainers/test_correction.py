@@ -205,7 +205,7 @@ def test_prepare_batch_applies_the_correction_after_the_advantages() -> None:
     from agentgym.trajectory import Trajectory, Turn
 
     class Trainer:  # the proximal policy: log π_prox = -1 on every token
-        def logprobs(self, batch: object) -> torch.Tensor:
+        def logprobs(self, batch: object, budget: object = None) -> torch.Tensor:
             return torch.full(batch.input_ids.shape, -1.0)  # type: ignore[attr-defined]
 
     episodes = [  # engine logprobs -2, -1, -0.5: ratios e, 1, e^-0.5

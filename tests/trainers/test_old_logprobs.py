@@ -26,7 +26,7 @@ class RecordingStrategy:
     def __init__(self) -> None:
         self.calls = 0
 
-    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+    def logprobs(self, batch: RolloutBatch, budget: object = None) -> torch.Tensor:
         self.calls += 1
         return torch.full(batch.input_ids.shape, -0.5)
 

@@ -34,7 +34,7 @@ def config(**overrides: Any) -> GRPOConfig:
 class ReferenceStrategy:
     """The frozen reference gives -2.5 on every token."""
 
-    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+    def reference_logprobs(self, batch: RolloutBatch, budget: object = None) -> torch.Tensor:
         return torch.full(batch.input_ids.shape, -2.5)
 
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import torch
 
 from agentgym.trajectory import RolloutBatch
+
+if TYPE_CHECKING:
+    from agentgym.trainers.strategies.batching import TokenBudget
 
 Reduce = Literal["sum", "mean", "min", "max"]
 """How a metric combines over micro-batches: ``sum`` (each micro-batch holds a
@@ -124,13 +127,18 @@ class LossFunction(Protocol):
 class Strategy(Protocol):
     """Trains the policy; owns the model, the optimizer and the frozen reference."""
 
-    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+    def logprobs(self, batch: RolloutBatch, budget: TokenBudget | None = None) -> torch.Tensor:
         """``[B, T]`` log-probabilities of ``batch`` under the current weights, at
-        the sampling temperature, without gradient."""
+        the sampling temperature, without gradient; forward passes of ``budget``'s
+        micro-batches (:mod:`~agentgym.trainers.strategies.batching`), or of the
+        strategy's ``micro_batch_size`` rows without one."""
         ...
 
-    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
-        """``[B, T]`` log-probabilities under the frozen reference model."""
+    def reference_logprobs(
+        self, batch: RolloutBatch, budget: TokenBudget | None = None
+    ) -> torch.Tensor:
+        """``[B, T]`` log-probabilities under the frozen reference model (``budget``: as
+        :meth:`logprobs`)."""
         ...
 
     def train_step(

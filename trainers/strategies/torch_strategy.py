@@ -13,8 +13,8 @@ from agentgym.trainers.strategies.base import (
     Metric,
     ModelOutputs,
     accumulated_step,
-    micro_batches,
 )
+from agentgym.trainers.strategies.batching import TokenBudget, cut, fit_width, in_batch_order
 from agentgym.trainers.strategies.hf_folder import load_weights, save_model, write_streamed
 from agentgym.trainers.strategies.lora import (
     ADAPTER_DIR,
@@ -141,27 +141,32 @@ class TorchStrategy:
         self.model.train(mode)
 
     @torch.no_grad()
-    def _logprobs(self, model: Any, batch: RolloutBatch) -> torch.Tensor:
+    def _logprobs(
+        self, model: Any, batch: RolloutBatch, budget: TokenBudget | None
+    ) -> torch.Tensor:
         width = batch.input_ids.shape[1]
-        parts = [torch.zeros(0, width)]  # an empty share (more ranks than rows) is [0, T]
-        for part in micro_batches(batch, self.micro_batch_size):
+        parts, order = cut(batch, self.micro_batch_size, budget)
+        rows = [torch.zeros(0, width)]  # an empty share (more ranks than rows) is [0, T]
+        for part in parts:
             out = forward(model, self._to_device(part), temperature=self.temperature)
-            parts.append(
-                torch.nn.functional.pad(out.logprobs.cpu(), (0, width - part.input_ids.shape[1]))
-            )
-        return torch.cat(parts)  # [B, T]
+            rows.append(fit_width(out.logprobs.cpu(), width))
+        return in_batch_order(torch.cat(rows), order)  # [B, T]
 
-    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
-        """``[B, T]`` log-probabilities under the current weights (eval mode, no gradient)."""
+    def logprobs(self, batch: RolloutBatch, budget: TokenBudget | None = None) -> torch.Tensor:
+        """``[B, T]`` log-probabilities under the current weights (eval mode, no gradient),
+        on ``budget``'s micro-batches (None: ``micro_batch_size`` rows each)."""
         was_training = self.model.training
         self.model.eval()
         try:
-            return self._logprobs(self.model, batch)
+            return self._logprobs(self.model, batch, budget)
         finally:
             self.model.train(was_training)
 
-    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
-        """``[B, T]`` log-probabilities under the frozen reference.
+    def reference_logprobs(
+        self, batch: RolloutBatch, budget: TokenBudget | None = None
+    ) -> torch.Tensor:
+        """``[B, T]`` log-probabilities under the frozen reference (``budget``: as
+        :meth:`logprobs`).
 
         Raises:
             RuntimeError: If the strategy was built without a reference.
@@ -171,7 +176,7 @@ class TorchStrategy:
                 "this strategy has no reference model: build it with reference_path "
                 "(the recipe does when use_kl_loss or add_token_level_kl is set)"
             )
-        return self._logprobs(self.reference, batch)
+        return self._logprobs(self.reference, batch, budget)
 
     def train_step(
         self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction

@@ -55,19 +55,19 @@ class Dealt:
     def train_step(self, micro_batches: Sequence[RolloutBatch], loss_fn: Any) -> Any:
         return self.strategy.train_step(deal(list(micro_batches), self.world)[self.rank], loss_fn)
 
-    def _rows(self, method: str, batch: RolloutBatch) -> torch.Tensor:
+    def _rows(self, method: str, batch: RolloutBatch, budget: Any) -> torch.Tensor:
         part = split_rows(batch, self.world)[self.rank]
-        mine = getattr(self.strategy, method)(part)
+        mine = getattr(self.strategy, method)(part, budget)
         gathered: list[Any] = [None] * self.world
         dist.all_gather_object(gathered, mine)
         width = batch.input_ids.shape[1]
         return torch.cat([torch.nn.functional.pad(r, (0, width - r.shape[1])) for r in gathered])
 
-    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
-        return self._rows("logprobs", batch)
+    def logprobs(self, batch: RolloutBatch, budget: Any = None) -> torch.Tensor:
+        return self._rows("logprobs", batch, budget)
 
-    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
-        return self._rows("reference_logprobs", batch)
+    def reference_logprobs(self, batch: RolloutBatch, budget: Any = None) -> torch.Tensor:
+        return self._rows("reference_logprobs", batch, budget)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.strategy, name)

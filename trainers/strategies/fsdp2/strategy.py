@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from agentgym.trainers.strategies.base import LossFunction, Metric, MetricReducer, micro_batches
+from agentgym.trainers.strategies.base import LossFunction, Metric, MetricReducer
+from agentgym.trainers.strategies.batching import TokenBudget, cut, fit_width, in_batch_order
 from agentgym.trainers.strategies.fsdp2 import shard as sharding
 from agentgym.trainers.strategies.fsdp2.options import parse_dtype
 from agentgym.trainers.strategies.fsdp2.options import wrap_policy as parse_wrap_policy
@@ -135,33 +136,37 @@ class FSDP2Strategy:
         return model(input_ids=ids, use_cache=False).logits
 
     @torch.no_grad()
-    def _logprobs(self, model: Any, batch: RolloutBatch) -> torch.Tensor:
+    def _logprobs(
+        self, model: Any, batch: RolloutBatch, budget: TokenBudget | None
+    ) -> torch.Tensor:
         width = batch.input_ids.shape[1]
-        parts = list(micro_batches(batch, self.micro_batch_size)) if len(batch) else []
+        parts, order = cut(batch, self.micro_batch_size, budget)
         rows = [torch.zeros(0, width)]  # an empty share (more ranks than rows) is [0, T]
         for index in range(self._most_over_ranks(len(parts))):
             if index >= len(parts):
                 self._filler_logits(model)
                 continue
-            part = parts[index]
-            out = forward(model, to_device(part, self.device), temperature=self.temperature)
-            pad = width - part.input_ids.shape[1]
-            rows.append(torch.nn.functional.pad(out.logprobs.cpu(), (0, pad)))
+            out = forward(model, to_device(parts[index], self.device), temperature=self.temperature)
+            rows.append(fit_width(out.logprobs.cpu(), width))
         sharding.reshard(model)
-        return torch.cat(rows)  # [B, T]
+        return in_batch_order(torch.cat(rows), order)  # [B, T]
 
-    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+    def logprobs(self, batch: RolloutBatch, budget: TokenBudget | None = None) -> torch.Tensor:
         """``[B, T]`` log-probabilities of this rank's ``batch`` under the current
-        weights (eval mode, no gradient). Collective."""
+        weights (eval mode, no gradient), on ``budget``'s micro-batches (None:
+        ``micro_batch_size`` rows each). Collective."""
         was_training = self.model.training
         self.model.eval()
         try:
-            return self._logprobs(self.model, batch)
+            return self._logprobs(self.model, batch, budget)
         finally:
             self.model.train(was_training)
 
-    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
-        """``[B, T]`` log-probabilities under the frozen (sharded) reference. Collective.
+    def reference_logprobs(
+        self, batch: RolloutBatch, budget: TokenBudget | None = None
+    ) -> torch.Tensor:
+        """``[B, T]`` log-probabilities under the frozen (sharded) reference (``budget``:
+        as :meth:`logprobs`). Collective.
 
         Raises:
             RuntimeError: If the strategy was built without a reference.
@@ -171,7 +176,7 @@ class FSDP2Strategy:
                 "this strategy has no reference model: build it with reference_path "
                 "(the recipe does when use_kl_loss or add_token_level_kl is set)"
             )
-        return self._logprobs(self.reference, batch)
+        return self._logprobs(self.reference, batch, budget)
 
     # Training ---------------------------------------------------------------------------
 

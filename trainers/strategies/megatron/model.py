@@ -9,7 +9,9 @@ local one (no Transformer Engine); it runs on the CPU under
 
 from __future__ import annotations
 
+import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,31 @@ class Parallelism:
     virtual_pipeline_model_parallel_size: int | None = None
     context_parallel_size: int = 1
     expert_model_parallel_size: int = 1
+
+
+def attention_backend(environ: Mapping[str, str]) -> str:
+    """megatron-core's ``attention_backend`` for Transformer Engine's ``NVTE_FLASH_ATTN``,
+    ``NVTE_FUSED_ATTN`` and ``NVTE_UNFUSED_ATTN`` (ROLL's files set them in a role's
+    ``system_envs``), by ROLL's rule (``mcore_adapter``'s
+    ``check_and_get_attention_backend_by_env``): megatron-core asserts that the variables
+    agree with the backend, so ``auto`` fails once one of them is 0. The local layer spec
+    here computes attention the same way under any backend.
+
+    Returns:
+        ``local``, ``flash``, ``fused``, ``unfused`` or ``auto``.
+    """
+    flash, fused, unfused = (
+        environ.get(name) for name in ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
+    )
+    if flash == fused == unfused == "0":
+        return "local"
+    if flash == "1" and "0" in (fused, unfused):
+        return "flash"
+    if fused == "1" and "0" in (flash, unfused):
+        return "fused"
+    if unfused == "1" and "0" in (flash, fused):
+        return "unfused"
+    return "auto"
 
 
 def init_parallel(parallelism: Parallelism, *, seed: int = 0) -> None:
@@ -82,6 +109,7 @@ def transformer_config(hf_config: Any, parallelism: Parallelism, **overrides: An
         ValueError: On a ``model_type`` outside :data:`SUPPORTED_MODEL_TYPES`.
     """
     from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.enums import AttnBackend
 
     model_type = hf_config.model_type
     if model_type not in SUPPORTED_MODEL_TYPES:
@@ -129,6 +157,7 @@ def transformer_config(hf_config: Any, parallelism: Parallelism, **overrides: An
         apply_rope_fusion=False,
         gradient_accumulation_fusion=False,
         persist_layer_norm=False,
+        attention_backend=AttnBackend[attention_backend(os.environ)],
         **overrides,
     )
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from agentgym.trainers.strategies.base import LossFunction, Metric, MetricReducer, ModelOutputs
+from agentgym.trainers.strategies.batching import TokenBudget, cut, fit_width, in_batch_order
 from agentgym.trainers.strategies.megatron import parallel
 from agentgym.trainers.strategies.megatron.cpu import device_mode
 from agentgym.trainers.strategies.megatron.model import (
@@ -183,18 +184,14 @@ class MegatronStrategy:
         return model(batch.input_ids, batch.position_ids, None)
 
     @torch.no_grad()
-    def _logprobs(self, model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
-        from agentgym.trainers.strategies.base import micro_batches
-
+    def _logprobs(
+        self, model: torch.nn.Module, batch: RolloutBatch, budget: TokenBudget | None
+    ) -> torch.Tensor:
         shares = parallel.gather_world([batch])
         rows = [part for share in shares for part in share]
         full = parallel.concat_rows(rows)
         mine = parallel.data_share(len(full), self.groups)
-        parts = (
-            list(micro_batches(full.rows(slice(*mine)), self.micro_batch_size))
-            if (mine[1] > mine[0])
-            else []
-        )
+        parts, order = cut(full.rows(slice(*mine)), self.micro_batch_size, budget)
         width = full.input_ids.shape[1]
 
         def step(data: Iterator[RolloutBatch], module: torch.nn.Module) -> Any:
@@ -203,29 +200,34 @@ class MegatronStrategy:
 
             def finish(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
                 logprobs = self._outputs(logits, part, with_entropy=False).logprobs
-                logprobs = logprobs * part.attention_mask
-                padded = torch.nn.functional.pad(logprobs, (0, width - logprobs.shape[1]))
+                padded = fit_width(logprobs * part.attention_mask, width)
                 return padded.sum(), torch.tensor(1), {"logprobs": padded}
 
             return output, finish
 
         with device_mode():
             results = parallel.run_schedule(model, step, parts, forward_only=True)
-        local = torch.cat([r["logprobs"] for r in results]) if results else None
+        local = None  # [b, T]: this replica's rows, on its last stage
+        if results:
+            local = in_batch_order(torch.cat([r["logprobs"] for r in results]), order)
         merged = parallel.gather_results(local, mine, self.groups)  # [B_all, T]
         start = sum(len(share[0]) for share in shares[: self.groups.world_rank])
         return merged[start : start + len(batch), : batch.input_ids.shape[1]]
 
-    def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
-        """``[B, T]`` log-probabilities of this rank's ``batch`` (0 on padding), no gradient."""
+    def logprobs(self, batch: RolloutBatch, budget: TokenBudget | None = None) -> torch.Tensor:
+        """``[B, T]`` log-probabilities of this rank's ``batch`` (0 on padding), no gradient;
+        each replica's rows on ``budget``'s micro-batches (None: ``micro_batch_size`` rows)."""
         self.model.eval()
         try:
-            return self._logprobs(self.model, batch)
+            return self._logprobs(self.model, batch, budget)
         finally:
             self.model.train()
 
-    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
-        """``[B, T]`` log-probabilities under the frozen reference.
+    def reference_logprobs(
+        self, batch: RolloutBatch, budget: TokenBudget | None = None
+    ) -> torch.Tensor:
+        """``[B, T]`` log-probabilities under the frozen reference (``budget``: as
+        :meth:`logprobs`).
 
         Raises:
             RuntimeError: If the strategy was built without a reference.
@@ -235,7 +237,7 @@ class MegatronStrategy:
                 "this strategy has no reference model: build it with reference_path "
                 "(the recipe does when use_kl_loss or add_token_level_kl is set)"
             )
-        return self._logprobs(self.reference, batch)
+        return self._logprobs(self.reference, batch, budget)
 
     # Training -----------------------------------------------------------------------
 
