@@ -299,6 +299,7 @@ class Buffer(Section):
     storage_type: str = "sql"
     path: str | None = None
     max_read_timeout: PositiveFloat = 1800.0
+    explorer_timeout: PositiveFloat = 120.0
 
 
 class Synchronizer(Section):
@@ -309,7 +310,6 @@ class Synchronizer(Section):
     sync_timeout: PositiveFloat = 3600.0
 
 
-    explorer_timeout: PositiveFloat = 120.0
 class Explorer(Section):
     """``explorer``: this explorer process."""
 

@@ -156,7 +156,7 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
                 continue
             batches += 1
             seconds = time.perf_counter() - started
-            metrics = {f"explore/{key}": value for key, value in result.metrics.items()}
+            metrics = {f"train/{key}": value for key, value in result.metrics.items()}
             metrics["explore/groups_written"] = float(written)
             metrics["explore/groups_per_second"] = written / max(seconds, 1e-9)
             metrics["explore/policy_version"] = float(current.version)
@@ -173,7 +173,7 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
                 loop.close()
 
 
-HEARTBEAT_SECONDS = 10.0
+HEARTBEAT_SECONDS = 5.0
 """How often a playing explorer tells the buffer it is alive."""
 
 
