@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 
 import torch
 
@@ -271,3 +271,20 @@ def micro_batches(batch: RolloutBatch, size: int) -> Iterator[RolloutBatch]:
     for start in range(0, len(batch), size):
         rows = slice(start, start + size)
         yield batch.rows(rows, width=int(batch.attention_mask[rows].sum(1).max()))
+
+
+_Model = TypeVar("_Model")
+
+
+def frozen_reference(reference: _Model | None) -> _Model:
+    """A strategy's frozen reference model.
+
+    Raises:
+        RuntimeError: If the strategy was built without one, saying how to get one.
+    """
+    if reference is None:
+        raise RuntimeError(
+            "this strategy has no reference model: build it with reference_path "
+            "(the recipe does when use_kl_loss or add_token_level_kl is set)"
+        )
+    return reference

@@ -13,6 +13,7 @@ from agentgym.trainers.strategies.base import (
     Metric,
     ModelOutputs,
     accumulated_step,
+    frozen_reference,
 )
 from agentgym.trainers.strategies.batching import TokenBudget, cut, fit_width, in_batch_order
 from agentgym.trainers.strategies.hf_folder import load_weights, save_model, write_streamed
@@ -171,12 +172,7 @@ class TorchStrategy:
         Raises:
             RuntimeError: If the strategy was built without a reference.
         """
-        if self.reference is None:
-            raise RuntimeError(
-                "this strategy has no reference model: build it with reference_path "
-                "(the recipe does when use_kl_loss or add_token_level_kl is set)"
-            )
-        return self._logprobs(self.reference, batch, budget)
+        return self._logprobs(frozen_reference(self.reference), batch, budget)
 
     def train_step(
         self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from agentgym.trainers.strategies.base import LossFunction, Metric, MetricReducer
+from agentgym.trainers.strategies.base import LossFunction, Metric, MetricReducer, frozen_reference
 from agentgym.trainers.strategies.batching import TokenBudget, cut, fit_width, in_batch_order
 from agentgym.trainers.strategies.fsdp2 import shard as sharding
 from agentgym.trainers.strategies.fsdp2.options import parse_dtype
@@ -171,12 +171,7 @@ class FSDP2Strategy:
         Raises:
             RuntimeError: If the strategy was built without a reference.
         """
-        if self.reference is None:
-            raise RuntimeError(
-                "this strategy has no reference model: build it with reference_path "
-                "(the recipe does when use_kl_loss or add_token_level_kl is set)"
-            )
-        return self._logprobs(self.reference, batch, budget)
+        return self._logprobs(frozen_reference(self.reference), batch, budget)
 
     # Training ---------------------------------------------------------------------------
 

@@ -16,7 +16,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from agentgym.trainers.strategies.base import LossFunction, Metric, MetricReducer, ModelOutputs
+from agentgym.trainers.strategies.base import (
+    LossFunction,
+    Metric,
+    MetricReducer,
+    ModelOutputs,
+    frozen_reference,
+)
 from agentgym.trainers.strategies.batching import TokenBudget, cut, fit_width, in_batch_order
 from agentgym.trainers.strategies.megatron import parallel
 from agentgym.trainers.strategies.megatron.cpu import device_mode
@@ -232,12 +238,7 @@ class MegatronStrategy:
         Raises:
             RuntimeError: If the strategy was built without a reference.
         """
-        if self.reference is None:
-            raise RuntimeError(
-                "this strategy has no reference model: build it with reference_path "
-                "(the recipe does when use_kl_loss or add_token_level_kl is set)"
-            )
-        return self._logprobs(self.reference, batch, budget)
+        return self._logprobs(frozen_reference(self.reference), batch, budget)
 
     # Training -----------------------------------------------------------------------
 
