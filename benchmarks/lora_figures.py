@@ -1,0 +1,161 @@
+"""LoRA against full fine-tuning on the same model: trainable parameters and peak memory.
+
+    python benchmarks/lora_figures.py [--layers 6] [--steps 2] [--json out.json]
+
+Each setting runs in a fresh process (peak RSS is a process's high-water mark): the
+torch strategy on the CPU in float32 with its reference (the KL term's; LoRA's is the
+base under the adapter, full fine-tuning loads a second copy), then ``--steps`` policy
+updates of 8 rows × 256 tokens in micro-batches of 2. Models: the tests' tiny model,
+and a Qwen2.5-0.5B-shaped model (width 896, vocabulary 151,936, tied embedding) with
+``--layers`` of its 24 layers and random weights. LoRA: ``all-linear``, rank 8, alpha
+16. Memory: the peak RSS minus the RSS after the imports and a first backward pass
+(the model, the reference, gradients, AdamW's two moments and the activations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SHAPES = ("tiny", "qwen2.5-0.5b-shaped")
+MODES = ("full", "lora")
+ROWS, WIDTH = 8, 256
+
+
+def _status_mib(field: str) -> float:
+    """``VmRSS`` (now) or ``VmHWM`` (this process's peak; unlike ``ru_maxrss`` it does
+    not carry the parent's peak over ``exec``) of ``/proc/self/status``, in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _batch(vocab: int) -> Any:
+    import torch
+
+    from agentgym.trajectory import RolloutBatch
+
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(3, vocab, (ROWS, WIDTH), generator=generator)
+    mask = torch.ones(ROWS, WIDTH, dtype=torch.long)
+    loss_mask = mask.clone()
+    loss_mask[:, : WIDTH // 2] = 0  # the prompt half
+    old = -torch.rand(ROWS, WIDTH, generator=generator) * loss_mask
+    batch = RolloutBatch(
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=torch.arange(WIDTH).expand(ROWS, WIDTH).clone(),
+        loss_mask=loss_mask,
+        engine_logprobs=old,
+        token_rewards=torch.zeros(ROWS, WIDTH),
+        scores=torch.zeros(ROWS),
+        group_ids=torch.zeros(ROWS, dtype=torch.long),
+        tags=["t"] * ROWS,
+    )
+    batch.old_logprobs = old
+    batch.ref_logprobs = old
+    batch.advantages = torch.randn(ROWS, 1, generator=generator).expand(ROWS, WIDTH) * loss_mask
+    return batch
+
+
+def measure(model_dir: Path, mode: str, steps: int) -> dict[str, Any]:
+    """One setting, in this process: trainable parameters, optimizer-state and peak memory."""
+    import torch
+
+    from agentgym.builders import default_grpo_config
+    from agentgym.trainers.strategies.lora import LoraSettings
+    from agentgym.trainers.strategies.torch_strategy import TorchStrategy
+    from agentgym.trainers.updates import update_policy
+
+    torch.set_num_threads(1)
+    config = default_grpo_config(micro_batch_size=2, gradient_accumulation_steps=4)
+    batch = _batch(min(1000, _vocab(model_dir)))
+    _warm_up()
+    before = _status_mib("VmRSS")
+    lora = LoraSettings(("all-linear",), 8, 16) if mode == "lora" else None
+    strategy = TorchStrategy(model_dir, micro_batch_size=2, reference_path=model_dir, lora=lora)
+    for step in range(1, steps + 1):
+        update_policy(config, strategy, batch, step)
+    peak = _status_mib("VmHWM")
+    parameters = list(strategy.model.parameters())
+    moments = sum(
+        t.numel() * t.element_size()
+        for state in strategy.optimizer.state.values()
+        for t in state.values()
+        if isinstance(t, torch.Tensor)
+    )
+    return {
+        "parameters": sum(p.numel() for p in parameters),
+        "trainable": sum(p.numel() for p in parameters if p.requires_grad),
+        "optimizer_mib": moments / 2**20,
+        "peak_mib": peak - before,
+    }
+
+
+def _warm_up() -> None:
+    """What every setting loads before its model: the modules imported on first use
+    (transformers' Qwen2, peft) and autograd's first backward pass."""
+    import peft.tuners.lora  # noqa: F401
+    import torch
+    import transformers.models.qwen2.modeling_qwen2  # noqa: F401
+
+    layer = torch.nn.Linear(8, 8)
+    layer(torch.ones(2, 8)).sum().backward()
+
+
+def _vocab(model_dir: Path) -> int:
+    return int(json.loads((model_dir / "config.json").read_text())["vocab_size"])
+
+
+def build(root: Path, layers: int) -> dict[str, Path]:
+    """The model folder of each of :data:`SHAPES` under ``root``."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import weight_sync_bench as models
+
+    tiny = models.build_tiny(root / "tiny")
+    models.QWEN25_05B["num_hidden_layers"] = layers
+    return {"tiny": tiny, SHAPES[1]: models.build_qwen05b_shaped(root / SHAPES[1], tiny)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--one", nargs=2, metavar=("MODEL_DIR", "MODE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(Path(args.one[0]), args.one[1], args.steps)))
+        return
+    rows: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as root:
+        for shape, model_dir in build(Path(root), args.layers).items():
+            for mode in MODES:
+                command = [sys.executable, __file__, "--one", str(model_dir), mode]
+                result = subprocess.run(
+                    [*command, "--steps", str(args.steps)], capture_output=True, text=True
+                )
+                if result.returncode:
+                    raise SystemExit(result.stderr[-3000:])
+                rows[f"{shape}/{mode}"] = json.loads(result.stdout.splitlines()[-1])
+    print("| model | training | parameters | trainable | AdamW state MiB | peak MiB |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for key, row in rows.items():
+        shape, mode = key.split("/")
+        print(
+            f"| {shape} | {mode} | {row['parameters']:,} | {row['trainable']:,} "
+            f"({100 * row['trainable'] / row['parameters']:.2f} %) | "
+            f"{row['optimizer_mib']:,.1f} | {row['peak_mib']:,.0f} |"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
