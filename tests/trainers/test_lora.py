@@ -7,6 +7,7 @@ log-probabilities."""
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -218,6 +219,7 @@ def test_rolls_keys_give_the_strategy_its_adapter() -> None:
     )
     settings = strategy_settings(config, Path("unused"), needs_reference=True)
     assert settings["lora"] == LoraSettings(("q_proj", "v_proj"), 4, 8)  # alpha: 2 × rank
+    assert pickle.loads(pickle.dumps(settings)) == settings  # as a rank group sends them
     assert (
         strategy_settings(validate(composed()), Path("unused"), needs_reference=True)["lora"]
         is None
