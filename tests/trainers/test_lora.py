@@ -33,6 +33,7 @@ from agentgym.trainers.strategies.torch_strategy import TorchStrategy
 from agentgym.trainers.updates import update_policy
 from tests.test_config import composed
 from tests.test_roll_examples import A, translate
+from tests.trainers.test_hf_folder import tied_dir  # noqa: F401
 from tests.trainers.test_train_e2e import metrics, train, validation
 from tests.trainers.test_update_path import ragged_batch
 
@@ -172,6 +173,22 @@ def test_the_merged_export_loads_in_transformers_with_the_runs_logprobs(
     torch.testing.assert_close(
         exported.logprobs(batch), strategy.logprobs(batch), atol=1e-5, rtol=0
     )
+
+
+def test_a_tied_model_exports_its_merged_weights_and_keeps_its_output_layer_out(
+    tied_dir: Path,  # noqa: F811 (test_hf_folder's fixture)
+    tmp_path: Path,
+) -> None:
+    strategy = lora_strategy(tied_dir)
+    update_policy(CONFIG, strategy, ragged_batch(0), 1)
+    strategy.save(tmp_path)
+    exported = TorchStrategy(tmp_path / "model", micro_batch_size=2)
+    batch = ragged_batch(1)
+    torch.testing.assert_close(
+        exported.logprobs(batch), strategy.logprobs(batch), atol=1e-5, rtol=0
+    )
+    with pytest.raises(ValueError, match=r"adapts the output layer, which this model ties"):
+        TorchStrategy(tied_dir, lora=LoraSettings(("q_proj", "lm_head"), RANK, RANK))
 
 
 @pytest.mark.parametrize("name", ["megatron_train", "fsdp2_train"])

@@ -109,8 +109,14 @@ def add_adapter(model: Any, settings: LoraSettings) -> Any:
     """``model`` (a transformers causal LM) with a fresh LoRA adapter: peft's
     ``PeftModel``, only the adapter trainable (B starts at 0: the policy starts as
     the base). Half-precision adapters are kept in float32, as ROLL's (peft's
-    ``autocast_adapter_dtype``)."""
+    ``autocast_adapter_dtype``).
+
+    Raises:
+        ValueError: On an adapter on a tied output layer (its merged weight would
+            have to differ from the input embedding it shares).
+    """
     from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora import LoraLayer
 
     config = LoraConfig(
         r=settings.rank,
@@ -119,7 +125,15 @@ def add_adapter(model: Any, settings: LoraSettings) -> Any:
         target_modules=target_modules(model, settings.target),
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, config, adapter_name=ADAPTER_NAME)
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    adapted = get_peft_model(model, config, adapter_name=ADAPTER_NAME)
+    if tied and isinstance(adapted.get_base_model().get_output_embeddings(), LoraLayer):
+        raise ValueError(
+            f"lora_target={settings.target!r} adapts the output layer, which this model ties "
+            "to its input embedding: a merged export cannot hold both; leave the output "
+            f"layer out ({ALL_LINEAR!r} does)"
+        )
+    return adapted
 
 
 class AdapterOff:
