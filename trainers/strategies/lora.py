@@ -126,7 +126,7 @@ def add_adapter(model: Any, settings: LoraSettings) -> Any:
         task_type="CAUSAL_LM",
     )
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
-    adapted = get_peft_model(model, config, adapter_name=ADAPTER_NAME)
+    adapted: Any = get_peft_model(model, config, adapter_name=ADAPTER_NAME)
     if tied and isinstance(adapted.get_base_model().get_output_embeddings(), LoraLayer):
         raise ValueError(
             f"lora_target={settings.target!r} adapts the output layer, which this model ties "
