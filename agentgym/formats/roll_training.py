@@ -44,6 +44,8 @@ COMPANIONS = {
     "sequence_length_round_in_train": "use_dynamic_batching_in_train",
     "max_tokens_per_microbatch_in_infer": "use_dynamic_batching_in_infer",
     "sequence_length_round_in_infer": "use_dynamic_batching_in_infer",
+    "model_args.lora_rank": "model_args.lora_target",
+    "model_args.lora_alpha": "model_args.lora_target",
 }
 """Per-role key -> the switch it only matters with (ROLL ignores it with the switch off,
 and so does the translation, with a note; the schema would refuse it)."""
@@ -207,22 +209,9 @@ LORA_KEYS = ("lora_target", "lora_rank", "lora_alpha")
 
 def _lora(data: dict[str, Any], notes: list[str]) -> None:
     """``actor_train.model_args``' LoRA keys stay (the schema reads them, ROLL's
-    ``lora_alpha`` default of 2 × ``lora_rank`` included); without ``lora_target``
-    ROLL ignores ``lora_rank`` and ``lora_alpha``, and so does the translation. ROLL
-    repeats the keys under ``actor_infer`` for vLLM's LoRA path; here the engines get
-    the adapter merged into the weights, so with actor_train's adapter set they are
-    dropped."""
-    for role in ROLES:
-        model_args = (data.get(role) or {}).get("model_args")
-        if not isinstance(model_args, dict) or model_args.get("lora_target"):
-            continue
-        for key in ("lora_rank", "lora_alpha"):
-            value = model_args.pop(key, None)
-            if value is not None:
-                notes.append(
-                    f"{role}.model_args.{key}={value} dropped: ROLL reads it only with "
-                    "model_args.lora_target on"
-                )
+    ``lora_alpha`` default of 2 × ``lora_rank`` included). ROLL repeats them under
+    ``actor_infer`` for vLLM's LoRA path; here the engines get the adapter merged into
+    the weights, so with actor_train's adapter set they are dropped."""
     trains = (data.get("actor_train") or {}).get("model_args") or {}
     model_args = (data.get("actor_infer") or {}).get("model_args")
     if not trains.get("lora_target") or not isinstance(model_args, dict):
