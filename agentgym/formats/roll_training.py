@@ -1,5 +1,5 @@
 """ROLL's training keys, read as agentgym's: the roles' sections (worker class,
-model and data arguments, per-role environment variables, features not built yet)
+model and data arguments, per-role environment variables, keys that only matter with a switch on)
 and the loss and advantage keys (``pg_variant``, GiGPO's weights, π_old's source).
 
 Part of the pure translation of :mod:`agentgym.formats.roll`: the same file gives
@@ -34,10 +34,6 @@ PG_VARIANT_KEYS = (
 keyword arguments of :mod:`agentgym.trainers.pg_variants`)."""
 
 ROLES = ("actor_train", "actor_infer", "critic", "reference")
-
-NOT_BUILT: dict[str, str] = {}
-"""Per-role ROLL keys with no counterpart yet: set (true, or any target), each is an
-error with what to do instead; unset, they and their companions are dropped."""
 
 COMPANIONS = {
     "max_tokens_per_microbatch_in_train": "use_dynamic_batching_in_train",
@@ -185,18 +181,12 @@ def _rollout_mock(data: dict[str, Any], notes: list[str]) -> None:
     notes.append("rollout_mock dropped: enable=false")
 
 
-def _not_built(data: dict[str, Any], notes: list[str]) -> None:
+def _companions(data: dict[str, Any], notes: list[str]) -> None:
     for role in ROLES:
         section = data.get(role)
         if not isinstance(section, dict):
             continue
         on = {switch: bool(_get_path(section, switch)) for switch in set(COMPANIONS.values())}
-        for key, why in NOT_BUILT.items():
-            value = _pop_path(section, key)
-            if value:
-                raise ConfigError(f"{role}.{key}={value!r}: {why}")
-            if value is not None:
-                notes.append(f"{role}.{key}={value!r} dropped: off, as ROLL's default")
         for key, switch in COMPANIONS.items():
             value = None if on[switch] else _pop_path(section, key)
             if value is not None:
@@ -316,14 +306,14 @@ def training_keys(data: dict[str, Any], notes: list[str]) -> None:
 
     Raises:
         ConfigError: On an ``actor_train.worker_cls`` with no counterpart, pg worker keys
-            without it, per-role ``system_envs`` that set one variable two ways, a
-            feature of :data:`NOT_BUILT` turned on, ``rollout_mock`` enabled, or a model
-            type or gradient clip that contradicts the rest.
+            without it, per-role ``system_envs`` that set one variable two ways,
+            ``rollout_mock`` enabled, or a model type or gradient clip that contradicts
+            the rest.
     """
     _pg_worker(data, notes)
     _system_envs(data, notes)
     _old_logprobs(data, notes)
     _rollout_mock(data, notes)
-    _not_built(data, notes)
+    _companions(data, notes)
     _lora(data, notes)
     _roles(data, notes)
