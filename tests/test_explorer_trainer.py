@@ -175,9 +175,10 @@ def test_a_second_explorer_joins_mid_run_and_leaves_without_stopping_the_trainer
     trainer = start(tmp_path, cache, "train", "max_steps=10", "buffer.explorer_timeout=10")
     first = start(tmp_path, cache, "explore")
     wait_for(tmp_path / "train" / "checkpoints" / "checkpoint-1" / "trainer_state.json")
-    # the first explorer stalls (SIGSTOP), so the run is still going when the second
-    # joins, however fast the machine: the trainer gives up the stalled slots
-    first.send_signal(signal.SIGSTOP)
+    # the first explorer dies, so the run is still going when the second joins, however
+    # fast the machine: the trainer gives up the slots it held
+    first.send_signal(signal.SIGKILL)
+    first.wait()
     second = start(
         tmp_path, cache, "explore", "explorer.name=second", "seed=7",
         "train_env_manager.env_groups=1", "rollout_batch_size=2", name="second",
@@ -186,7 +187,7 @@ def test_a_second_explorer_joins_mid_run_and_leaves_without_stopping_the_trainer
     while (record := buffer(tmp_path).explorer("second")) is None or record.written < 2:
         assert time.monotonic() < deadline, (tmp_path / "second.log").read_text()[-3000:]
         time.sleep(0.2)
-    first.send_signal(signal.SIGCONT)
+    first = start(tmp_path, cache, "explore")  # back, under its own name
     joined = max(buffer(tmp_path).consumed_by_step(), default=0)
     wait_for(tmp_path / "train" / "checkpoints" / f"checkpoint-{joined + 3}" / "trainer_state.json")
     second.send_signal(signal.SIGTERM)  # it leaves, perhaps holding a reservation
