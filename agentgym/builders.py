@@ -527,6 +527,8 @@ def _build_parts(
             groups_per_step=config.train_env_manager.env_groups,
             version=(resume_step or 0) - 1,
         )
+        if resume_step is None:  # explorers start from the trainer's weights: version 0
+            publisher.publish(0, strategy.export_weights())
         backend: GenerationBackend = publisher
         source = buffer_source(config, publisher)
         print(f"mode=train: job folder {job_dir(config)}; model: {path}", flush=True)

@@ -106,7 +106,7 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
                     f"{time.perf_counter() - started:.2f} s"
                 )
             loaded = current
-            if _due(parts.eval_steps, current.version) and current.version not in validated:
+            if _due(parts.eval_steps, current.version, validated):
                 validated.add(current.version)
                 _validate(parts, loop, current.version)
             last = finished_version(parts.job_dir)
@@ -187,8 +187,13 @@ async def _heartbeats(parts: ExplorerParts, play: Awaitable[_T]) -> _T:
     return task.result()
 
 
-def _due(every: int, version: int) -> bool:
-    return every > 0 and version % every == 0
+def _due(every: int, version: int, validated: set[int]) -> bool:
+    """Whether ``version`` is the first loaded at or past a multiple of ``every`` (a
+    version the trainer published while this explorer played is skipped, not lost)."""
+    if every <= 0 or version in validated:
+        return False
+    last = max(validated, default=-1)
+    return last < 0 or version // every > last // every
 
 
 def _wait_for_weights(parts: ExplorerParts, log: Callable[[str], None]) -> Published:

@@ -66,9 +66,9 @@ class WeightPublisher:
     Args:
         job_dir: The job folder.
         groups_per_step: The trainer's groups per step, published with each version.
-        version: The version before the first publication: the recipe sends its
-            starting weights (step 0, or the step resumed from) first, and those are
-            published as ``version + 1``.
+        version: The version before the next publication: -1 for a new run (the
+            builders publish the model's weights as version 0), ``S - 1`` on a resume
+            from step ``S`` (the recipe sends the checkpoint's weights, published as ``S``).
     """
 
     def __init__(self, job_dir: Path, *, groups_per_step: int, version: int = -1) -> None:

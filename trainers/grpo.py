@@ -109,7 +109,7 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
     try:
         if resume:
             step = restore(parts, resume)
-        send_start_weights(config, parts, loop)  # the engines sample the trainer's weights
+            send_resumed_weights(config, parts, loop)  # the engines sample the checkpoint's
         loop.call_soon(source.start, step)
         if step == 0 and schedule.eval_steps:
             validate(config, parts, loop, source, step=0)
@@ -171,11 +171,11 @@ def push_weights(
     return loop.run_until_complete(update)
 
 
-def send_start_weights(
+def send_resumed_weights(
     config: GRPOConfig, parts: TrainParts, loop: asyncio.AbstractEventLoop
 ) -> float:
-    """The weights training starts from (the model's, or the restored checkpoint's) to
-    the engines before any episode starts, bounded by ``rpc_timeout``; the seconds it took.
+    """The restored checkpoint's weights to the engines before any episode starts,
+    bounded by ``rpc_timeout``; the seconds it took.
 
     Raises:
         WeightSyncTimeoutError: Naming the backend, when it takes longer than ``rpc_timeout``.

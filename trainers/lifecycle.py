@@ -45,7 +45,7 @@ PHASES: dict[tuple[str, str], str] = {
     ("agentgym.trainers.batch_prep", "prepare_batch"): "advantages",
     ("agentgym.trainers.updates", "update_policy"): "policy update",
     ("agentgym.trainers.updates", "update_critic"): "critic update",
-    ("agentgym.trainers.grpo", "send_start_weights"): "weight sync",
+    ("agentgym.trainers.grpo", "send_resumed_weights"): "weight sync",
     ("agentgym.trainers.grpo", "push_weights"): "weight sync",
     ("agentgym.trainers.grpo", "validate"): "validation",
     ("agentgym.trainers.run_state", "checkpoint"): "checkpoint",
