@@ -38,7 +38,7 @@ from agentgym.trainers.recipe_config import AdvantageConfig, GRPOConfig, LossCon
 from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.run_state import RUN_CONFIG
 from agentgym.trainers.strategies import Critic, Strategy, build_critic, build_strategy
-from agentgym.trainers.strategies.batching import TokenBudget
+from agentgym.trainers.strategies.batching import token_budget
 from agentgym.trainers.strategies.lora import lora_settings
 from agentgym.trainers.strategies.optim import OptimizerConfig, optimizer_steps
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
@@ -187,6 +187,22 @@ def generation_backend(
         **settings,
     )
     return Router(clients, share=cluster.share, max_running_requests=cap)
+
+
+def run_engines(
+    config: TrainConfig, path: Path, output_dir: Path, workers: Cluster
+) -> GenerationBackend:
+    """The run's generation backend for ``path``, an engine process's own output in the
+    run's library log."""
+    with redirect_output(output_dir / LIBRARY_LOG_FILE):
+        return generation_backend(
+            config,
+            path,
+            dtype=config.actor_infer.model_args.dtype,
+            device=config.model.device,
+            sync_dir=output_dir,
+            cluster=workers,
+        )
 
 
 def _training_settings(config: TrainConfig, role_name: str, *, passes: int) -> dict[str, Any]:
@@ -407,12 +423,6 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
     return GRPOConfig(loss=loss, advantage=advantage, schedule=schedule)
 
 
-def token_budget(switch: bool, max_tokens: int | None, round_to: int) -> TokenBudget | None:
-    """A role's dynamic batching (ROLL's ``use_dynamic_batching_in_*``,
-    ``max_tokens_per_microbatch_*``, ``sequence_length_round_*``), or None when off."""
-    return TokenBudget(max_tokens or 0, round_to) if switch else None
-
-
 def default_grpo_config(**overrides: Any) -> GRPOConfig:
     """The recipe's settings at the schema's defaults (those of ``python -m
     agentgym.train``), with ``overrides`` by field name (:meth:`GRPOConfig.with_values`):
@@ -533,15 +543,7 @@ def _build_parts(
         source = buffer_source(config, publisher)
         print(f"mode=train: job folder {job_dir(config)}; model: {path}", flush=True)
     else:
-        with redirect_output(output_dir / LIBRARY_LOG_FILE):  # an engine process's output
-            backend = generation_backend(
-                config,
-                path,
-                dtype=config.actor_infer.model_args.dtype,
-                device=config.model.device,
-                sync_dir=output_dir,
-                cluster=workers,
-            )
+        backend = run_engines(config, path, output_dir, workers)
         print(f"generation backend: {backend_name(config)}; model: {path}", flush=True)
     write_atomic(output_dir / RUN_CONFIG, yaml.safe_dump(resolved, sort_keys=False))
     write_json_atomic(

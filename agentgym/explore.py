@@ -243,11 +243,10 @@ def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerPar
         check_envs,
         cluster,
         env_manager,
-        generation_backend,
         model_path,
         rollout_config,
+        run_engines,
     )
-    from agentgym.console import LIBRARY_LOG_FILE, redirect_output
     from agentgym.fileio import write_atomic
     from agentgym.job import experience_buffer, job_dir, staleness_versions
     from agentgym.trainers.run_state import RUN_CONFIG
@@ -260,15 +259,7 @@ def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerPar
     output_dir.mkdir(parents=True, exist_ok=True)
     closers: list[Callable[[], Any]] = [workers.shutdown]
     try:
-        with redirect_output(output_dir / LIBRARY_LOG_FILE):
-            backend = generation_backend(
-                config,
-                path,
-                dtype=config.actor_infer.model_args.dtype,
-                device=config.model.device,
-                sync_dir=output_dir,
-                cluster=workers,
-            )
+        backend = run_engines(config, path, output_dir, workers)
         train_manager = env_manager(config.train_env_manager, config, cluster=workers)
         val_manager = env_manager(config.val_env_manager, config, cluster=workers, fixed_seeds=True)
         closers[:0] = [train_manager.close, val_manager.close]

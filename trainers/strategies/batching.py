@@ -140,3 +140,9 @@ def padded_tokens(parts: list[RolloutBatch]) -> tuple[int, int]:
     real = sum(int(part.attention_mask.sum()) for part in parts)
     total = sum(part.input_ids.shape[0] * part.input_ids.shape[1] for part in parts)
     return total - real, real
+
+
+def token_budget(switch: bool, max_tokens: int | None, round_to: int) -> TokenBudget | None:
+    """A role's dynamic batching (ROLL's ``use_dynamic_batching_in_*``,
+    ``max_tokens_per_microbatch_*``, ``sequence_length_round_*``), or None when off."""
+    return TokenBudget(max_tokens or 0, round_to) if switch else None
