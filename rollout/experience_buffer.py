@@ -353,16 +353,26 @@ class ExperienceBuffer:
 
     @staticmethod
     def _next_slots(db: sqlite3.Connection, groups: int) -> list[int]:
-        """The ``groups`` lowest slots handed out, not void, not yet leased or consumed."""
+        """The ``groups`` lowest slots handed out, not void, not yet leased or consumed
+        (every slot below the lowest ready or reserved one is taken: only the window
+        from there is read)."""
+        (first,) = db.execute(
+            "SELECT MIN(slot) FROM (SELECT MIN(slot) AS slot FROM groups WHERE state = 'ready' "
+            "UNION ALL SELECT MIN(slot_start) FROM explorers WHERE slot_count > 0)"
+        ).fetchone()
+        if first is None:
+            return []
         (next_slot,) = db.execute("SELECT next_slot FROM slots").fetchone()
         taken = {
             int(slot)
             for (slot,) in db.execute(
-                "SELECT slot FROM groups WHERE state != 'ready' UNION SELECT slot FROM void_slots"
+                "SELECT slot FROM groups WHERE state != 'ready' AND slot >= ? "
+                "UNION SELECT slot FROM void_slots WHERE slot >= ?",
+                (first, first),
             )
         }
         slots = []
-        for slot in range(int(next_slot)):
+        for slot in range(int(first), int(next_slot)):
             if slot not in taken:
                 slots.append(slot)
                 if len(slots) == groups:

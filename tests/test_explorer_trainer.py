@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,20 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("model-cache")
 
 
+STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def no_process_left() -> Iterator[None]:
+    """A test that fails midway leaves none of its processes running."""
+    yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def start(
     root: Path, cache: Path, mode: str, *extra: str, name: str | None = None
 ) -> subprocess.Popen[str]:
@@ -49,7 +64,8 @@ def start(
         f"output_dir={folder}", *extra,
     ]  # fmt: skip
     log = (root / f"{name or mode}.log").open("a")
-    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
+    STARTED.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True))
+    return STARTED[-1]
 
 
 def finish(process: subprocess.Popen[str], log: Path, timeout: float = 300) -> None:
