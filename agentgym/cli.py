@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "play": ("agentgym.play", "play a text env in the terminal"),
+    "plan": ("agentgym.plan", "search Megatron layouts for a model, devices and batch"),
 }
 """Command -> (the module whose ``main(argv)`` runs it, what it does)."""
 

@@ -1,0 +1,64 @@
+"""What each spawned rank of tests/test_plan.py runs: the Megatron strategy in several
+layouts, one training step each, and the bytes its parameters, gradients and optimizer
+state occupy on this rank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def storage_bytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes of the distinct storages under ``tensors`` (views of one buffer count once)."""
+    seen = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(seen.values())
+
+
+def optimizer_tensors(optimizer: Any) -> list[torch.Tensor]:
+    """Adam's moments and, for half-precision weights, the fp32 main copies megatron-core
+    keeps outside ``state`` (0-dim step counters left out)."""
+    tensors: list[torch.Tensor] = []
+    for part in getattr(optimizer, "chained_optimizers", [optimizer]):
+        for per_param in part.optimizer.state.values():
+            tensors += [v for v in per_param.values() if isinstance(v, torch.Tensor) and v.dim()]
+        for name in ("fp32_from_float16_groups", "shard_fp32_from_float16_groups"):
+            for group in getattr(part, name, None) or []:
+                tensors += [t for t in group if t is not None]
+    return tensors
+
+
+def megatron_memory(strategy: Any) -> dict[str, int]:
+    """This rank's bytes of weights, gradients (megatron-core's ``main_grad`` buffer) and
+    optimizer state, and its place in the groups."""
+    params = list(strategy.model.parameters())
+    groups = strategy.groups
+    return {
+        "weights": storage_bytes(params),
+        "gradients": storage_bytes([p.main_grad for p in params]),
+        "optimizer": storage_bytes(optimizer_tensors(strategy.optimizer)),
+        "tp_rank": groups.tp_rank,
+        "pp_rank": groups.pp_rank,
+    }
+
+
+def every_layout(
+    rank: int, world: int, layouts: list[tuple[str, Path, dict[str, Any]]]
+) -> dict[str, list[dict[str, int]]]:
+    """Each ``(name, model folder, strategy config)`` built, stepped once and measured;
+    every rank's figures, in rank order."""
+    import torch.distributed as dist
+
+    from agentgym.trainers.updates import update_policy
+    from tests.trainers.megatron.ranks import grpo_config, megatron
+    from tests.trainers.test_update_path import ragged_batch
+
+    measured = {}
+    for name, folder, config in layouts:
+        dealt = megatron(folder, rank, world, **config)
+        update_policy(grpo_config(), dealt, ragged_batch(0), 1)
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, megatron_memory(dealt.strategy))
+        measured[name] = gathered
+    return measured

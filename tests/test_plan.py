@@ -1,0 +1,234 @@
+"""``agentgym plan``: its bytes against what the strategies allocate, its activations
+against a memory profile of a training step, ROLL's batch rule and the command."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from agentgym.plan import Devices, Layout, Workload, activation_bytes, load_shape, search
+from agentgym.plan.command import main
+from agentgym.plan.memory import state_bytes, total_parameters
+from agentgym.plan.search import roll_batch_rule
+from agentgym.trajectory import RolloutBatch
+from tests.plan_ranks import storage_bytes
+
+SMALL: dict[str, Any] = {
+    "vocab_size": 1000,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "max_position_embeddings": 512,
+    "tie_word_embeddings": True,
+}
+"""The small shape: tied embeddings, 4 layers, GQA 4:2 (the tiny one is untied)."""
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from tests.trainers.megatron.launch import model_dir
+
+    root = tmp_path_factory.mktemp("plan")
+    torch.manual_seed(0)
+    small = root / "small"
+    Qwen2ForCausalLM(Qwen2Config(**SMALL)).save_pretrained(small)
+    return {"tiny": model_dir(root / "tiny"), "small": small}
+
+
+def close(planned: float, measured: float, tolerance: float) -> bool:
+    return abs(planned - measured) <= tolerance * measured
+
+
+def test_named_shapes_have_the_published_parameter_counts() -> None:
+    # The model cards: 0.49B, 1.54B and 7.61B parameters (cut, not rounded: 7.6156B).
+    for name, centi in (("Qwen2.5-0.5B", 49), ("Qwen2.5-1.5B", 154), ("Qwen2.5-7B", 761)):
+        assert total_parameters(load_shape(name)) // 10**7 == centi
+
+
+def test_megatron_bytes_match_what_each_rank_allocates(folders: dict[str, Path]) -> None:
+    pytest.importorskip("megatron.core")
+    from tests.plan_ranks import every_layout
+    from tests.trainers.megatron.launch import spawn
+
+    configs: dict[str, tuple[str, dict[str, Any]]] = {
+        "tiny dp2": ("tiny", {}),
+        "tiny dp2 dist-opt": ("tiny", {"use_distributed_optimizer": True}),
+        "tiny tp2": ("tiny", {"tensor_model_parallel_size": 2}),
+        "tiny pp2": ("tiny", {"pipeline_model_parallel_size": 2}),
+        "small tp2": ("small", {"tensor_model_parallel_size": 2}),
+        "small pp2": ("small", {"pipeline_model_parallel_size": 2}),
+        "small dp2 dist-opt": ("small", {"use_distributed_optimizer": True}),
+    }
+    measured = spawn(
+        2, every_layout, [(name, folders[f], config) for name, (f, config) in configs.items()]
+    )
+    for name, (folder, config) in configs.items():
+        tp = config.get("tensor_model_parallel_size", 1)
+        pp = config.get("pipeline_model_parallel_size", 1)
+        layout = Layout(
+            tp=tp,
+            pp=pp,
+            dp=2 // (tp * pp),
+            distributed_optimizer=config.get("use_distributed_optimizer", False),
+        )
+        for rank in measured[name]:
+            planned = state_bytes(
+                load_shape(str(folders[folder])),
+                layout,
+                strategy="megatron",
+                dtype="float32",
+                stage=rank["pp_rank"],
+            )
+            figures = {
+                k: (getattr(planned, k), rank[k]) for k in ("weights", "gradients", "optimizer")
+            }
+            print(json.dumps({"layout": name, "pp_rank": rank["pp_rank"], **figures}))
+            for kind in ("weights", "gradients", "optimizer"):
+                assert close(getattr(planned, kind), rank[kind], 0.02), (name, kind, planned, rank)
+
+
+def test_torch_strategy_bytes_match_what_it_allocates(folders: dict[str, Path]) -> None:
+    from agentgym.trainers.strategies.torch_strategy import TorchStrategy
+    from agentgym.trainers.updates import update_policy
+    from tests.trainers.megatron.ranks import grpo_config
+    from tests.trainers.test_update_path import ragged_batch
+
+    for folder in folders.values():
+        strategy = TorchStrategy(folder)
+        update_policy(grpo_config(), strategy, ragged_batch(0), 1)
+        params = list(strategy.model.parameters())
+        moments = [v for s in strategy.optimizer.state.values() for v in s.values() if v.dim()]
+        planned = state_bytes(load_shape(str(folder)), Layout(), strategy="torch", dtype="float32")
+        assert close(planned.weights, storage_bytes(params), 0.02)
+        assert close(planned.gradients, storage_bytes([p.grad for p in params]), 0.02)
+        assert close(planned.optimizer, storage_bytes(moments), 0.02)
+
+
+def full_batch(rows: int, width: int, vocab: int) -> RolloutBatch:
+    ids = torch.randint(0, vocab, (rows, width), generator=torch.Generator().manual_seed(0))
+    ones = torch.ones(rows, width, dtype=torch.long)
+    return RolloutBatch(
+        input_ids=ids,
+        attention_mask=ones,
+        position_ids=torch.arange(width).expand(rows, width).contiguous(),
+        loss_mask=ones,
+        engine_logprobs=torch.zeros(rows, width),
+        token_rewards=torch.zeros(rows, width),
+        scores=torch.zeros(rows),
+        group_ids=torch.zeros(rows, dtype=torch.long),
+        tags=["t"] * rows,
+    )
+
+
+def profiled_activation_peak(folder: Path, rows: int, width: int, checkpointing: bool) -> int:
+    """The peak of the ACTIVATION category of torch.profiler's memory profile over one
+    forward and backward of the torch strategy: the bytes of tensors made in the forward
+    and read by the backward, classified from the profiled data flow."""
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX as INDEX
+    from torch.profiler._memory_profiler import Category, MemoryProfileTimeline
+
+    from agentgym.trainers.strategies.torch_strategy import TorchStrategy, forward
+
+    strategy = TorchStrategy(folder, gradient_checkpointing=checkpointing)
+    strategy.model.train()
+    batch = full_batch(rows, width, SMALL["vocab_size"])
+    with profile(
+        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+    ) as prof:
+        outputs = forward(strategy.model, batch, temperature=0.7)
+        (outputs.logprobs * batch.loss_mask).sum().backward()
+    _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
+    column = INDEX[Category.ACTIVATION] + 1  # column 0 is the timeline's own
+    return max(row[column] for row in sizes)
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_activation_estimate_is_within_a_quarter_of_the_profiled_peak(
+    folders: dict[str, Path], recompute: str
+) -> None:
+    rows, width = 4, 256
+    measured = profiled_activation_peak(folders["small"], rows, width, recompute == "full")
+    planned = activation_bytes(
+        load_shape(str(folders["small"])),
+        Layout(recompute=recompute, micro_batch_size=rows),
+        width,
+        dtype="float32",
+    )
+    print(json.dumps({"recompute": recompute, "planned": planned, "measured": measured}))
+    assert close(planned, measured, 0.25), (planned, measured)
+
+
+def test_roll_batch_rule() -> None:
+    # 64 prompts × 8 samples = 512: 4 × 8 × 16 = 512 divides, 3 × 8 × 16 = 384 does not.
+    assert roll_batch_rule(512, 4, 8, 16) is None
+    assert "ROLL's batch rule" in (roll_batch_rule(512, 3, 8, 16) or "")
+
+
+def test_search_refuses_what_does_not_fit_and_keeps_memory_ordered() -> None:
+    shape = load_shape("Qwen2.5-7B")
+    work = Workload(seq_len=4096, rollout_batch_size=32, num_return_sequences=8)
+    plans = search(shape, Devices(8, 80.0), work)
+    kept = [p for p in plans if not p.refused]
+    assert kept and all(p.peak_gib <= 76.0 for p in kept)
+    # 7B in bf16 with fp32 Adam is 18 bytes a parameter: no layout without splitting fits.
+    single = [
+        p for p in plans if p.layout.tp == p.layout.pp == 1 and not p.layout.distributed_optimizer
+    ]
+    assert single and all(any("memory" in r for r in p.refused) for p in single)
+    # Splitting the optimizer state over DP never costs memory.
+    for plan in kept:
+        if plan.layout.distributed_optimizer:
+            twin = [
+                p
+                for p in plans
+                if p.layout == dataclasses.replace(plan.layout, distributed_optimizer=False)
+            ]
+            assert all(t.peak_gib >= plan.peak_gib for t in twin)
+
+
+def test_command_prints_the_table_and_roll_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    main(
+        [
+            "--model",
+            "Qwen2.5-0.5B",
+            "--devices",
+            "4",
+            "--seq-len",
+            "2048",
+            "--rollout-batch-size",
+            "16",
+            "--num-return-sequences",
+            "8",
+            "--colocate",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "strategy_name: megatron_train" in out
+    assert "tensor_model_parallel_size:" in out
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                "--model",
+                "Qwen2.5-7B",
+                "--devices",
+                "1",
+                "--memory-gib",
+                "24",
+                "--seq-len",
+                "4096",
+                "--rollout-batch-size",
+                "8",
+            ]
+        )
+    assert exit_info.value.code == 1
