@@ -39,4 +39,9 @@ register(
     "agentgym.envs.tools.search_qa:SearchQAEnv",
     id="agentgym/SearchQA-v0",
 )
+register(
+    "math_workflow",
+    "agentgym.envs.math_workflow:MathWorkflowEnv",
+    id="agentgym/MathWorkflow-v0",
+)
 discover_plugins()
