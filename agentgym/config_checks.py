@@ -31,6 +31,7 @@ from agentgym.cluster import plan_placement
 from agentgym.config_sections import DataArgs, Role
 from agentgym.errors import ConfigError, check_choice
 from agentgym.rollout.backends import BACKENDS, check_backend
+from agentgym.rollout.sync_schedule import SyncSchedule
 
 if TYPE_CHECKING:
     from agentgym.schema import TrainConfig
@@ -220,6 +221,13 @@ def check_scheduling(config: TrainConfig) -> None:
         )
 
 
+def sync_schedule(config: TrainConfig) -> SyncSchedule:
+    """The decoupled job's sync schedule (``synchronizer.sync_interval``, ``sync_offset``,
+    ``sync_style``)."""
+    sync = config.synchronizer
+    return SyncSchedule(sync.sync_interval, sync.sync_offset, sync.sync_style)
+
+
 def check_decoupled(config: TrainConfig) -> None:
     """``mode``, ``buffer`` and ``synchronizer``: built names, or what to use instead."""
     for key, value, built, unbuilt in (
@@ -241,11 +249,10 @@ def check_decoupled(config: TrainConfig) -> None:
             "mode=explore writes every complete group to the buffer: is_use_additional_prompts "
             "(cancelling the slowest groups of a step) does not apply; unset it"
         )
-    if config.synchronizer.sync_interval != 1:
-        raise ConfigError(
-            f"synchronizer.sync_interval={config.synchronizer.sync_interval}: only 1 (a "
-            "version every step) is built yet"
-        )
+    if config.async_generation_ratio and config.mode in ("explore", "train"):
+        conflict = sync_schedule(config).conflict(config.async_generation_ratio)
+        if conflict:
+            raise ConfigError(conflict)
 
 
 def check_relations(config: TrainConfig) -> None:

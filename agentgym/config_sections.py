@@ -302,11 +302,39 @@ class Buffer(Section):
     explorer_timeout: PositiveFloat = 120.0
 
 
-class Synchronizer(Section):
-    """``synchronizer``: how explorers follow the trainer's weights."""
+SYNC_STYLES = ("fixed", "trainer_driven", "explorer_driven")
+"""``synchronizer.sync_style`` (Trinity-RFT's ``SyncStyle``): explorers sync every
+``sync_interval`` of their batches after ``sync_offset`` and wait for the version
+(fixed); or take the newest whenever the trainer publishes one, every
+``sync_interval`` steps (trainer_driven); or ask for one after ``sync_interval`` of
+their batches and go on without waiting (explorer_driven)."""
 
-    sync_method: str = "checkpoint"
+_SYNC_ALIASES = {
+    # Trinity-RFT's older names
+    "dynamic_by_trainer": "trainer_driven",
+    "dynamic_by_explorer": "explorer_driven",
+    "offline": "checkpoint",
+    "online": "nccl",
+}
+
+
+def _sync_alias(value: Any) -> Any:
+    """Trinity-RFT's names are case-insensitive and have aliases."""
+    if not isinstance(value, str):
+        return value
+    return _SYNC_ALIASES.get(value.lower(), value.lower())
+
+
+class Synchronizer(Section):
+    """``synchronizer``: how explorers follow the trainer's weights (Trinity-RFT's keys;
+    docs/explorer_trainer.md)."""
+
+    sync_method: Annotated[str, BeforeValidator(_sync_alias)] = "checkpoint"
     sync_interval: PositiveInt = 1
+    sync_offset: NonNegativeInt = 0
+    sync_style: Annotated[
+        str, BeforeValidator(_sync_alias), AfterValidator(_choice("sync_style", SYNC_STYLES))
+    ] = "fixed"
     sync_timeout: PositiveFloat = 3600.0
 
 

@@ -25,6 +25,7 @@ from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.experience_buffer import ExperienceBuffer, ReservationRevokedError
 from agentgym.rollout.loop import RolloutConfig, collect
 from agentgym.rollout.published_weights import Published, latest, read_weights
+from agentgym.rollout.sync_schedule import SyncSchedule
 from agentgym.trainers.tracking import Tracker
 from agentgym.trajectory import Trajectory
 
@@ -73,6 +74,9 @@ class ExplorerParts:
     tracker: Tracker
     ratio: float
     """The staleness bound in versions."""
+    schedule: SyncSchedule
+    """When to load new weights (``synchronizer.sync_interval``, ``sync_offset``,
+    ``sync_style``)."""
     eval_steps: int
     sync_timeout: float
     close: Callable[[], None]
@@ -91,43 +95,44 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
     if record.cursor is not None:
         parts.train_manager.load_state_dict(record.cursor)
         log(f"explorer {parts.name}: resumed at group {record.next_seq}")
-    loaded: Published | None = None
+    played = synced_after = record.next_seq // parts.train_manager.batch_groups
     validated: set[int] = set()
     batches = 0
     last_line = time.monotonic()
     try:
+        loaded = _load(parts, loop, _wait_for_weights(parts, log), log)
         while True:
-            current = _wait_for_weights(parts, log)
-            if loaded is None or current.folder != loaded.folder:
-                started = time.perf_counter()
-                loop.run_until_complete(parts.backend.update_weights(read_weights(current)))
-                log(
-                    f"explorer {parts.name}: loaded version {current.version} in "
-                    f"{time.perf_counter() - started:.2f} s"
-                )
-            loaded = current
-            if _due(parts.eval_steps, current.version, validated):
-                validated.add(current.version)
-                _validate(parts, loop, current.version)
+            if _due(parts.eval_steps, loaded.version, validated):
+                validated.add(loaded.version)
+                _validate(parts, loop, loaded.version)
             last = finished_version(parts.job_dir)
-            if last is not None and current.version >= last:
-                if last not in validated and parts.eval_steps:
-                    _validate(parts, loop, last)
-                log(f"explorer {parts.name}: the trainer finished at version {last}")
-                return batches
+            if last is not None:
+                loaded = _load_newer(parts, loop, loaded, log)
+                if loaded.version >= last:
+                    if last not in validated and parts.eval_steps:
+                        _validate(parts, loop, last)
+                    log(f"explorer {parts.name}: the trainer finished at version {last}")
+                    return batches
             groups = parts.train_manager.batch_groups
             if not parts.buffer.reserve(
                 parts.name,
                 groups,
-                version=current.version,
+                version=loaded.version,
                 ratio=parts.ratio,
-                batch=current.groups_per_step,
-            ):
+                batch=loaded.groups_per_step,
+            ):  # the staleness bound: only a newer version lets this explorer go on
+                if parts.schedule.style == "explorer_driven":
+                    parts.buffer.request_sync(parts.name, loaded.version)
+                newer = _load_newer(parts, loop, loaded, log)
+                if newer is not loaded:
+                    loaded, synced_after = newer, played
+                    parts.buffer.request_sync(parts.name, None)
+                    continue
                 if time.monotonic() - last_line >= WAIT_LOG_SECONDS:
                     last_line = time.monotonic()
                     log(
                         f"explorer {parts.name}: waits for the trainer to pass version "
-                        f"{current.version} (the staleness bound, {parts.ratio:g} versions)"
+                        f"{loaded.version} (the staleness bound, {parts.ratio:g} versions)"
                     )
                 parts.buffer.heartbeat(parts.name)
                 time.sleep(0.2)
@@ -141,7 +146,7 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
                         parts.backend,
                         parts.chat,
                         parts.train_rollout,
-                        policy_version=current.version,
+                        policy_version=loaded.version,
                     ),
                 )
             )
@@ -155,13 +160,18 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
                 log(f"{error}; playing on")
                 continue
             batches += 1
+            played += 1
             seconds = time.perf_counter() - started
             metrics = {f"train/{key}": value for key, value in result.metrics.items()}
             metrics["explore/groups_written"] = float(written)
             metrics["explore/groups_per_second"] = written / max(seconds, 1e-9)
-            metrics["explore/policy_version"] = float(current.version)
+            metrics["explore/policy_version"] = float(loaded.version)
             metrics["time/explore_batch"] = seconds
             parts.tracker.log(metrics, batches)
+            if parts.schedule.explorer_syncs(played, synced_after):
+                newer = _sync(parts, loop, loaded, log)
+                if newer is not loaded:
+                    loaded, synced_after = newer, played
     finally:
         try:
             loop.run_until_complete(parts.backend.close())  # on the loop it served on
@@ -171,6 +181,73 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
             finally:
                 parts.buffer.close()
                 loop.close()
+
+
+def _load(
+    parts: ExplorerParts,
+    loop: asyncio.AbstractEventLoop,
+    published: Published,
+    log: Callable[[str], None],
+) -> Published:
+    """Load ``published`` into the engines; it."""
+    started = time.perf_counter()
+    loop.run_until_complete(parts.backend.update_weights(read_weights(published)))
+    log(
+        f"explorer {parts.name}: loaded version {published.version} in "
+        f"{time.perf_counter() - started:.2f} s"
+    )
+    return published
+
+
+def _load_newer(
+    parts: ExplorerParts,
+    loop: asyncio.AbstractEventLoop,
+    loaded: Published,
+    log: Callable[[str], None],
+) -> Published:
+    """The newest published version, loaded if it is newer than ``loaded`` (else
+    ``loaded`` itself, not reloaded)."""
+    current = latest(parts.job_dir)
+    if current is None or current.version <= loaded.version:
+        return loaded
+    if current.folder == loaded.folder:  # a step that changed no weights
+        return current
+    return _load(parts, loop, current, log)
+
+
+def _sync(
+    parts: ExplorerParts,
+    loop: asyncio.AbstractEventLoop,
+    loaded: Published,
+    log: Callable[[str], None],
+) -> Published:
+    """A scheduled sync: the newest version if newer than ``loaded``. ``fixed`` waits
+    for one while the trainer has the groups to make it; ``explorer_driven`` asks
+    for one, and goes on without it when none is there yet."""
+    schedule = parts.schedule
+    if schedule.style == "explorer_driven":
+        parts.buffer.request_sync(parts.name, loaded.version)
+    elif schedule.explorer_waits:
+        needed = schedule.next_publication(loaded.version) * loaded.groups_per_step
+        last_line = time.monotonic()
+        while (
+            (current := latest(parts.job_dir)) is not None
+            and current.version <= loaded.version
+            and parts.buffer.handed_out() >= needed
+            and finished_version(parts.job_dir) is None
+        ):
+            if time.monotonic() - last_line >= WAIT_LOG_SECONDS:
+                last_line = time.monotonic()
+                log(
+                    f"explorer {parts.name}: waits for the version after {loaded.version} "
+                    f"(synchronizer.sync_style=fixed)"
+                )
+            parts.buffer.heartbeat(parts.name)
+            time.sleep(0.2)
+    newer = _load_newer(parts, loop, loaded, log)
+    if newer is not loaded and schedule.style == "explorer_driven":
+        parts.buffer.request_sync(parts.name, None)
+    return newer
 
 
 HEARTBEAT_SECONDS = 5.0
@@ -247,6 +324,7 @@ def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerPar
         rollout_config,
         run_engines,
     )
+    from agentgym.config_checks import sync_schedule
     from agentgym.fileio import write_atomic
     from agentgym.job import experience_buffer, job_dir, staleness_versions
     from agentgym.trainers.run_state import RUN_CONFIG
@@ -293,6 +371,7 @@ def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerPar
         val_rollout=rollout_config(config, validation=True),
         tracker=tracker,
         ratio=staleness_versions(config),
+        schedule=sync_schedule(config),
         eval_steps=config.eval_steps,
         sync_timeout=config.synchronizer.sync_timeout,
         close=lambda: _close_all(closers),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentgym.config_checks import sync_schedule
 from agentgym.rollout.buffer_source import BufferSource
 from agentgym.rollout.experience_buffer import ExperienceBuffer
 from agentgym.rollout.published_weights import WeightPublisher
@@ -30,8 +31,10 @@ def experience_buffer(config: TrainConfig) -> ExperienceBuffer:
 
 def staleness_versions(config: TrainConfig) -> float:
     """How many versions behind the weights it updates a trained sample may be in a
-    decoupled job: ``async_generation_ratio`` where set, else ``sync_interval``."""
-    return config.async_generation_ratio or float(config.synchronizer.sync_interval)
+    decoupled job: ``async_generation_ratio`` where set, else what the sync schedule
+    implies (``sync_interval + sync_offset - 1``: 0 for Trinity-RFT's defaults, where
+    the explorer waits for each version)."""
+    return config.async_generation_ratio or float(sync_schedule(config).implied_bound)
 
 
 def buffer_source(config: TrainConfig, publisher: WeightPublisher) -> RolloutSource:
@@ -41,6 +44,8 @@ def buffer_source(config: TrainConfig, publisher: WeightPublisher) -> RolloutSou
         publisher,
         groups_per_step=config.train_env_manager.env_groups,
         ratio=staleness_versions(config),
+        schedule=sync_schedule(config),
+        last_step=config.max_steps,
         max_read_timeout=config.buffer.max_read_timeout,
         explorer_timeout=config.buffer.explorer_timeout,
     )

@@ -20,6 +20,7 @@ from agentgym.rollout.experience_buffer import ExperienceBuffer, ExplorerRecord
 from agentgym.rollout.metrics import rollout_metrics
 from agentgym.rollout.published_weights import WeightPublisher
 from agentgym.rollout.source import StepRollout
+from agentgym.rollout.sync_schedule import SyncSchedule
 from agentgym.trajectory import Trajectory
 
 _T = TypeVar("_T")
@@ -40,6 +41,9 @@ class BufferSource:
         publisher: Publishes each weight update (the recipe's backend in this mode).
         groups_per_step: Groups a step trains (``train_env_manager.env_groups``).
         ratio: The staleness bound in versions (for the ``async/staleness_*`` metrics).
+        schedule: When the trainer publishes (every ``sync_interval`` steps, or when an
+            explorer asks: :class:`~agentgym.rollout.sync_schedule.SyncSchedule`).
+        last_step: The run's last step (always published: explorers end on it).
         max_read_timeout: Seconds a step may wait for its groups before the run fails.
         explorer_timeout: Seconds an explorer holding slots a step waits for may be
             silent before its slots are given up.
@@ -54,6 +58,8 @@ class BufferSource:
         *,
         groups_per_step: int,
         ratio: float,
+        schedule: SyncSchedule,
+        last_step: int,
         max_read_timeout: float,
         explorer_timeout: float = 120.0,
         poll_seconds: float = 0.2,
@@ -63,11 +69,21 @@ class BufferSource:
         self.publisher = publisher
         self.groups_per_step = groups_per_step
         self.ratio = ratio
+        self.schedule = schedule
+        self.last_step = last_step
         self.max_read_timeout = max_read_timeout
         self.explorer_timeout = explorer_timeout
         self.revoked = 0
         self.poll_seconds = poll_seconds
         self.log = log
+        self._step = 0
+        self._update: Callable[[], Awaitable[None]] | None = None
+        """The last update: it sends the trainer's current weights when called again."""
+        self._unpublished: int | None = None
+        """The newest step whose weights changed and are not published yet."""
+        self._owed: int | None = None
+        """A version the schedule published on a skipped step, still to be sent."""
+        self._timeout = 0.0
 
     @property
     def version(self) -> int:
@@ -87,8 +103,13 @@ class BufferSource:
             BufferReadTimeoutError: After ``max_read_timeout`` seconds without enough
                 groups, naming each explorer and when it was last heard from.
         """
+        self._step = step
+        if self._owed is not None:
+            await self._publish(self._owed)
         started = last_line = time.monotonic()
         while (groups := self.buffer.lease(step, self.groups_per_step)) is None:
+            if self._unpublished is not None and self.buffer.sync_requested(self.version):
+                await self._publish(self._unpublished)  # an explorer asks while we wait
             now = time.monotonic()
             if now - started > self.max_read_timeout:
                 raise BufferReadTimeoutError(
@@ -136,17 +157,44 @@ class BufferSource:
     async def update_weights(
         self, update: Callable[[], Awaitable[None]], *, timeout: float
     ) -> dict[str, float]:
-        """Publish the update (``update`` sends the weights to the publisher)."""
-        seconds = await bounded_update(update, self.publisher, timeout=timeout)
+        """Publish the update (``update`` sends the weights to the publisher) when the
+        sync schedule says so; else keep it for the next publication."""
+        self._update, self._timeout = update, timeout
+        self._unpublished = self._step
+        seconds = await self._publish(self._step) if self._due() else 0.0
         return {
             "time/weight_sync": seconds,
             "async/policy_version": float(self.publisher.version),
+            "sync/published": float(self._unpublished is None),
             "sync/bytes": float(self.publisher.last_bytes),
         }
 
     def skip_update(self) -> None:
-        """The next version, the same weights folder."""
-        self.publisher.skip()
+        """A step that changed no weights. When the schedule publishes it: the same
+        folder under the step's version, or, when an earlier step's update is not
+        published yet, those weights (at the next batch, or at close)."""
+        if not self._due():
+            return
+        if self._unpublished is None:
+            self.publisher.skip(self._step)
+        else:
+            self._owed = self._step
+
+    def _due(self) -> bool:
+        requested = self.schedule.style == "explorer_driven" and self.buffer.sync_requested(
+            self.version
+        )
+        return self.schedule.trainer_publishes(
+            self._step, last_step=self.last_step, requested=requested
+        )
+
+    async def _publish(self, step: int) -> float:
+        """Send the trainer's current weights (those of ``step``) as version ``step``."""
+        assert self._update is not None
+        self.publisher.upcoming = step
+        seconds = await bounded_update(self._update, self.publisher, timeout=self._timeout)
+        self._unpublished = self._owed = None
+        return seconds
 
     async def paused(self, work: Callable[[], Awaitable[_T]]) -> _T:
         """Nothing generates here."""
@@ -165,8 +213,13 @@ class BufferSource:
         self.buffer.commit(step)
 
     async def close(self) -> None:
-        """Close this process's connection to the buffer."""
-        self.buffer.close()
+        """Publish what a skipped last step owes, and close this process's connection
+        to the buffer."""
+        try:
+            if self._owed is not None:
+                await self._publish(self._owed)
+        finally:
+            self.buffer.close()
 
 
 def _heard(record: ExplorerRecord) -> str:

@@ -68,6 +68,7 @@ CREATE TABLE IF NOT EXISTS explorers (
     slot_start INTEGER,
     slot_count INTEGER NOT NULL DEFAULT 0,
     waiting_since REAL,
+    sync_request INTEGER,
     written INTEGER NOT NULL DEFAULT 0,
     started_at REAL NOT NULL,
     last_heard REAL NOT NULL
@@ -193,6 +194,26 @@ class ExperienceBuffer:
         """Explorer ``name`` is alive (it plays, or waits for weights or admission)."""
         with self._transaction() as db:
             db.execute("UPDATE explorers SET last_heard = ? WHERE name = ?", (time.time(), name))
+
+    def request_sync(self, name: str, version: int | None) -> None:
+        """Explorer ``name`` asks for weights newer than ``version``, the one it holds
+        (``synchronizer.sync_style: explorer_driven``); None withdraws the request."""
+        with self._transaction() as db:
+            db.execute("UPDATE explorers SET sync_request = ? WHERE name = ?", (version, name))
+
+    def sync_requested(self, published: int) -> bool:
+        """Whether an explorer asks for a version newer than ``published``."""
+        (asking,) = self._db.execute(
+            "SELECT COUNT(*) FROM explorers WHERE sync_request >= ?", (published,)
+        ).fetchone()
+        return bool(asking)
+
+    def handed_out(self) -> int:
+        """Slots handed out to explorers so far, less those given up: the groups the
+        trainer will get, in order."""
+        (next_slot,) = self._db.execute("SELECT next_slot FROM slots").fetchone()
+        (void,) = self._db.execute("SELECT COUNT(*) FROM void_slots").fetchone()
+        return int(next_slot) - int(void)
 
     def reserve(self, name: str, groups: int, *, version: int, ratio: float, batch: int) -> bool:
         """Reserve the next ``groups`` slots for explorer ``name`` to play with weights

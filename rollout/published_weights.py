@@ -75,6 +75,8 @@ class WeightPublisher:
         self.job_dir = job_dir
         self.groups_per_step = groups_per_step
         self.version = version
+        self.upcoming: int | None = None
+        """The version the next :meth:`update_weights` publishes (None: the next one)."""
         self.last_bytes = 0
 
     async def generate(self, *args: Any, **kwargs: Any) -> Any:
@@ -82,8 +84,10 @@ class WeightPublisher:
         raise RuntimeError("mode=train generates nothing: its explorers do")
 
     async def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Publish ``weights`` as the next version."""
-        self.publish(self.version + 1, weights)
+        """Publish ``weights`` as version :attr:`upcoming` (else the next one)."""
+        version = self.version + 1 if self.upcoming is None else self.upcoming
+        self.upcoming = None
+        self.publish(version, weights)
 
     def publish(self, version: int, weights: Iterable[tuple[str, torch.Tensor]]) -> Path:
         """Write ``weights`` as version ``version`` and make it the newest."""
@@ -102,12 +106,13 @@ class WeightPublisher:
         self._point(version, folder.name)
         return folder
 
-    def skip(self) -> None:
-        """A step that changed no weights: the next version, the same folder."""
+    def skip(self, version: int | None = None) -> None:
+        """Weights unchanged since the newest published: ``version`` (default the next)
+        points at the same folder."""
         current = latest(self.job_dir)
         if current is None:
             raise RuntimeError(f"nothing published in {self.job_dir / WEIGHTS_DIR} yet")
-        self._point(self.version + 1, current.folder.name)
+        self._point(self.version + 1 if version is None else version, current.folder.name)
 
     def _point(self, version: int, folder: str) -> None:
         root = self.job_dir / WEIGHTS_DIR

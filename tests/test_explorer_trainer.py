@@ -32,7 +32,9 @@ JOB = [
     "reward_normalization.method=identity", "drop_zero_variance_groups=false",
     "model.warm_start=null", "project=p", "name=job", "save_steps=1", "eval_steps=2",
 ]  # fmt: skip
-"""A tiny job; async_generation_ratio is unset, so the bound is sync_interval = 1."""
+"""A tiny job; async_generation_ratio is unset, so the staleness bound is what the sync
+schedule implies: sync_interval + sync_offset - 1 = 0 (Trinity-RFT's defaults: the
+explorer waits for each version)."""
 
 
 @pytest.fixture(scope="module")
@@ -99,19 +101,33 @@ def assert_staleness_within(folder: Path, bound: int) -> None:
     assert trained and all(0 <= row["async/staleness_max"] <= bound for row in trained)
 
 
-@pytest.mark.parametrize("first", ["explore", "train"])
+@pytest.mark.parametrize(
+    ("first", "schedule", "versions"),
+    [
+        # one step off-policy: the explorer plays a batch ahead of each version
+        ("explore", "synchronizer.sync_offset=1", {0, 1, 2, 3}),
+        # a version every 2 steps (and the last): explorers never hold an odd one but 3
+        ("train", "synchronizer.sync_interval=2", {0, 2, 3}),
+    ],
+)
 def test_explorer_and_trainer_started_in_either_order(
-    tmp_path: Path, cache: Path, first: str
+    tmp_path: Path, cache: Path, first: str, schedule: str, versions: set[int]
 ) -> None:
     second = "train" if first == "explore" else "explore"
-    processes = {first: start(tmp_path, cache, first, "max_steps=3")}
+    processes = {first: start(tmp_path, cache, first, "max_steps=3", schedule)}
     time.sleep(3)
-    processes[second] = start(tmp_path, cache, second, "max_steps=3")
+    processes[second] = start(tmp_path, cache, second, "max_steps=3", schedule)
     for mode, process in processes.items():
         finish(process, tmp_path / f"{mode}.log")
     assert_each_group_once(tmp_path, 3)
     assert_staleness_within(tmp_path / "train", bound=1)
     explored = metrics(tmp_path / "explore")
+    played = {
+        int(row["explore/policy_version"])
+        for row in explored.values()
+        if "explore/policy_version" in row
+    }
+    assert played <= versions and 0 in played
     validated = {step for step, row in explored.items() if "val/all/success" in row}
     assert {0, 3} <= validated and validated & {2, 3}  # version 2 or the next one loaded
 
@@ -174,11 +190,10 @@ def test_a_trainer_without_explorers_fails_naming_them(tmp_path: Path, cache: Pa
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("mode=bench", "not built yet; evaluate a checkpoint with python -m agentgym.eval"),
         ("mode=serve", "use mode=explore"),
         ("synchronizer.sync_method=nccl", "needs GPUs and is not built; use checkpoint"),
         ("buffer.storage_type=queue", "not built yet; use sql"),
-        ("mode=expolre", r"not one of \['both', 'explore', 'train'"),
+        ("mode=expolre", r"not one of \['both', 'explore', 'train', 'bench'"),
     ],
 )
 def test_modes_and_methods_not_built_fail_at_the_config_check(override: str, message: str) -> None:
