@@ -1,20 +1,23 @@
 """``python -m agentgym.train`` with ``strategy=fsdp2`` on two Ray ranks: two GRPO steps,
-each rank writing its shard of the checkpoint beside a Hugging Face folder."""
+each rank writing its shard of the checkpoint beside a Hugging Face folder, which
+``python -m agentgym.eval`` scores exactly as the run validated."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from agentgym.trainers.strategies.hf_folder import read_weights
-from tests.trainers.test_train_e2e import train
+from tests.trainers.test_train_e2e import train, validation
 
 pytestmark = pytest.mark.ray
 
 
-def test_two_ray_ranks_train_two_steps_and_save_their_shards(
+def test_two_ray_ranks_train_two_steps_save_their_shards_and_evaluate_as_they_validated(
     tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback
@@ -28,7 +31,10 @@ def test_two_ray_ranks_train_two_steps_and_save_their_shards(
         "strategy=fsdp2",
         "max_steps=2",
         "save_steps=2",
-        "eval_steps=0",
+        "eval_steps=2",  # validates at steps 0 and 2
+        "val_batch_size=6",
+        "val_env_manager.env_groups=6",
+        "validation.renders=6",
         "distributed=ray",
         "num_gpus_per_node=0",
         "++actor_train.device_mapping=[0,1]",
@@ -45,3 +51,28 @@ def test_two_ray_ranks_train_two_steps_and_save_their_shards(
     weights = read_weights(checkpoint / "model")
     assert "lm_head.weight" in weights and "model.embed_tokens.weight" in weights  # untied
     assert (checkpoint / "model" / "chat_template.jinja").is_file()
+    # eval reads the run's saved config (env, turns, sampling, validation seeds); with
+    # seeded HF generation the exported folder plays what the engines, synced from the
+    # two ranks' shards, validated at step 2: the same metrics and, turn by turn, the
+    # same transcripts (of which some differ from step 0's: the check sees the update)
+    validated = validation(output)
+    assert sorted(validated) == [0, 2]
+    result = subprocess.run(
+        [sys.executable, "-m", "agentgym.eval", f"model.path={checkpoint / 'model'}",
+         "generation=hf", "renders=6", f"hydra.run.dir={tmp_path / 'eval'}"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "playing as the training run validated" in result.stdout
+    report = json.loads((tmp_path / "eval" / "eval.json").read_text())["metrics"]
+    assert report["all/trajectories"] == 6.0
+    for key, value in validated[2].items():
+        assert report[key.removeprefix("val/")] == pytest.approx(value, abs=1e-9), key
+    renders, played = output / "renders", tmp_path / "eval" / "renders"
+    transcripts = sorted(renders.glob("step2_*.html"))
+    assert len(transcripts) == 6
+    for page in transcripts:
+        name = page.name.removeprefix("step2_")
+        assert (played / name).read_text() == page.read_text(), name
+    before = [renders / page.name.replace("step2_", "step0_", 1) for page in transcripts]
+    assert any(b.read_text() != a.read_text() for b, a in zip(before, transcripts, strict=True))
