@@ -136,13 +136,12 @@ def parse_lora_target(value: str | list[str] | tuple[str, ...]) -> tuple[str, ..
     return names
 
 
-MODES = ("both", "explore", "train")
-"""``mode`` (Trinity-RFT's key): one process that explores and trains, or the explorer's
-or the trainer's half of a decoupled job (docs/explorer_trainer.md)."""
+MODES = ("both", "explore", "train", "bench")
+"""``mode`` (Trinity-RFT's key): one process that explores and trains, the explorer's
+or the trainer's half of a decoupled job (docs/explorer_trainer.md), or the evaluation
+of a finished run's checkpoints (docs/bench.md)."""
 
 UNBUILT_MODES = {
-    "bench": "mode=bench (evaluating a run's checkpoints) is not built yet; evaluate a "
-    "checkpoint with python -m agentgym.eval",
     "serve": "mode=serve (Trinity-RFT's serving explorer) is not built; use mode=explore",
     "colocate": "mode=colocate is not built; use mode=both (explorer and trainer in one process)",
 }

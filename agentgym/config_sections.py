@@ -342,6 +342,7 @@ class Explorer(Section):
     """``explorer``: this explorer process."""
 
     name: str = "explorer"
+    bench_on_latest_checkpoint: Bool = False
 
 
 # The whole config ----------------------------------------------------------------------

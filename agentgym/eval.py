@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -229,10 +230,36 @@ def given_keys() -> set[str]:
     return {item.split("=", 1)[0].lstrip("+~") for item in HydraConfig.get().overrides.task}
 
 
-def run(cfg: DictConfig) -> None:
-    """Resolve the policy and the settings, play, report, render and dump."""
-    model, run_config = resolve_model(cfg.model.path) if cfg.model.path else (None, None)
-    config = eval_config(cfg, run_config, given_keys())
+@dataclass(frozen=True)
+class Played:
+    """What :func:`play` played.
+
+    Attributes:
+        config: The settings it played with.
+        policy: A description of the policy.
+        tokenizer: The policy's tokenizer.
+        result: The episodes and their per-tag metrics.
+    """
+
+    config: TrainConfig
+    policy: str
+    tokenizer: Any
+    result: RolloutResult
+
+
+def play(
+    cfg: DictConfig, model: Path | None, run_config: dict[str, Any] | None, given: set[str]
+) -> Played:
+    """Settle the settings (:func:`eval_config`), build the policy and play the
+    validation episodes: what ``python -m agentgym.eval`` does before it reports.
+
+    Args:
+        cfg: The composed eval config.
+        model: The model folder (:func:`resolve_model`), or None for a scripted agent.
+        run_config: The saved config of the training run the model comes from, if any.
+        given: The keys set on the command line.
+    """
+    config = eval_config(cfg, run_config, given)
     if run_config is not None:
         print(
             f"playing as the training run validated: env {config.env.name}, "
@@ -242,6 +269,19 @@ def run(cfg: DictConfig) -> None:
         )
     backend, tokenizer, policy = build_policy(cfg, config, model)
     result = asyncio.run(evaluate(config, backend, tokenizer))
+    return Played(config, policy, tokenizer, result)
+
+
+def run(cfg: DictConfig) -> None:
+    """Resolve the policy and the settings, play, report, render and dump."""
+    model, run_config = resolve_model(cfg.model.path) if cfg.model.path else (None, None)
+    played = play(cfg, model, run_config, given_keys())
+    config, policy, tokenizer, result = (
+        played.config,
+        played.policy,
+        played.tokenizer,
+        played.result,
+    )
     output_dir = Path(HydraConfig.get().runtime.output_dir)
     episodes = [
         {

@@ -152,6 +152,12 @@ def run(cfg: DictConfig) -> None:
     if config.mode == "explore":
         run_explorer(config, resolved, started)
         return
+    if config.mode == "bench":  # evaluate a finished run's checkpoints (docs/bench.md)
+        from agentgym.bench import run_bench
+        from agentgym.eval import given_keys
+
+        run_bench(config, given_keys(), started)
+        return
     state = resume_state(config)
     output_dir = Path(config.output_dir)
     stopping.describe(
