@@ -19,7 +19,7 @@ from agentgym.config_sections import EnvManagerSection, GeneratingArgs
 from agentgym.console import LIBRARY_LOG_FILE, redirect_output
 from agentgym.errors import ConfigError
 from agentgym.fileio import write_atomic, write_json_atomic
-from agentgym.job import buffer_source, job_dir
+from agentgym.job import buffer_source, job_dir, weight_channel
 from agentgym.registry import env_versions
 from agentgym.rollout.backends import GenerationBackend, SamplingParams, make_backend
 from agentgym.rollout.backends import resolve_backend as _resolve_backend
@@ -533,7 +533,7 @@ def _build_parts(
     source: RolloutSource | None = None
     if config.mode == "train":  # the explorers generate: weights go to the job folder
         publisher = WeightPublisher(
-            job_dir(config),
+            weight_channel(config),
             groups_per_step=config.train_env_manager.env_groups,
             version=(resume_step or 0) - 1,
         )

@@ -147,24 +147,23 @@ UNBUILT_MODES = {
 }
 """Trinity-RFT's other modes, with what to use instead."""
 
-BUFFER_STORAGE = ("sql",)
-"""``buffer.storage_type``: the experience buffer's storage (SQLite in WAL mode)."""
+BUFFER_STORAGE = ("sql", "queue")
+"""``buffer.storage_type``: the experience buffer's storage: a SQLite file (WAL mode) that
+every process opens, or one that the job's Ray actor serves (no shared filesystem)."""
 
 UNBUILT_BUFFER_STORAGE = {
-    "queue": "buffer.storage_type=queue (a Ray actor persisted to SQLite) is not built yet; "
-    "use sql (a SQLite file on a filesystem every process of the job reaches)",
-    "file": "buffer.storage_type=file (JSONL) is not built yet; use sql",
+    "file": "buffer.storage_type=file (JSONL) is not built; use sql (a SQLite file every "
+    "process reaches) or queue (a Ray actor's)",
 }
 """Trinity-RFT's other storage types, with what to use instead."""
 
-SYNC_METHODS = ("checkpoint",)
-"""``synchronizer.sync_method``: how explorers get the trainer's weights (a versioned
-folder in the job folder)."""
+SYNC_METHODS = ("checkpoint", "memory")
+"""``synchronizer.sync_method``: how explorers get the trainer's weights: versioned
+folders in the job folder, or the job's Ray actor (no shared filesystem)."""
 
 UNBUILT_SYNC_METHODS = {
-    "memory": "synchronizer.sync_method=memory (Ray's object store) is not built yet; use "
-    "checkpoint",
-    "nccl": "synchronizer.sync_method=nccl needs GPUs and is not built; use checkpoint",
+    "nccl": "synchronizer.sync_method=nccl needs GPUs and is not built; use checkpoint (a "
+    "shared filesystem) or memory (a Ray cluster)",
 }
 """Trinity-RFT's other sync methods, with what to use instead."""
 

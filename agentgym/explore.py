@@ -18,24 +18,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentgym.fileio import write_json_atomic
 from agentgym.rollout.backends.base import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
-from agentgym.rollout.experience_buffer import ExperienceBuffer, ReservationRevokedError
+from agentgym.rollout.experience_buffer import ReservationRevokedError
 from agentgym.rollout.loop import RolloutConfig, collect
-from agentgym.rollout.published_weights import Published, latest, read_weights
+from agentgym.rollout.published_weights import Published, WeightChannel, WeightsGoneError
 from agentgym.rollout.sync_schedule import SyncSchedule
 from agentgym.trainers.tracking import Tracker
 from agentgym.trajectory import Trajectory
 
 if TYPE_CHECKING:
+    from agentgym.rollout.experience_buffer import JobBuffer
     from agentgym.schema import TrainConfig
 
 _T = TypeVar("_T")
-
-FINISHED = "trainer_finished.json"
-"""The marker the trainer writes in the job folder when it published its last version."""
 
 WAIT_LOG_SECONDS = 60.0
 """How often a waiting explorer says what it waits for."""
@@ -45,26 +42,15 @@ class WeightsTimeoutError(TimeoutError):
     """No weights were published within ``synchronizer.sync_timeout``."""
 
 
-def mark_finished(job_dir: Path, version: int) -> None:
-    """The trainer published its last version (``version``): explorers may end."""
-    write_json_atomic(job_dir / FINISHED, {"version": version})
-
-
-def finished_version(job_dir: Path) -> int | None:
-    """The trainer's last version, once it has finished (None: still training)."""
-    import json
-
-    path = job_dir / FINISHED
-    return int(json.loads(path.read_text())["version"]) if path.is_file() else None
-
-
 @dataclass
 class ExplorerParts:
     """What an explorer runs on, built by :func:`agentgym.builders.build_explorer`."""
 
     name: str
     job_dir: Path
-    buffer: ExperienceBuffer
+    buffer: JobBuffer
+    weights: WeightChannel
+    """Where the trainer publishes weights (``synchronizer.sync_method``)."""
     backend: GenerationBackend
     chat: ChatTokenizer
     train_manager: EnvManager
@@ -100,19 +86,18 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
     batches = 0
     last_line = time.monotonic()
     try:
-        loaded = _load(parts, loop, _wait_for_weights(parts, log), log)
+        loaded = _first_weights(parts, loop, log)
         while True:
             if _due(parts.eval_steps, loaded.version, validated):
                 validated.add(loaded.version)
                 _validate(parts, loop, loaded.version)
-            last = finished_version(parts.job_dir)
-            if last is not None:
+            last = parts.weights.finished()
+            if last is not None:  # the last version is published before this mark
                 loaded = _load_newer(parts, loop, loaded, log)
-                if loaded.version >= last:
-                    if last not in validated and parts.eval_steps:
-                        _validate(parts, loop, last)
-                    log(f"explorer {parts.name}: the trainer finished at version {last}")
-                    return batches
+                if loaded.version not in validated and parts.eval_steps:
+                    _validate(parts, loop, loaded.version)
+                log(f"explorer {parts.name}: the trainer finished at version {last}")
+                return batches
             groups = parts.train_manager.batch_groups
             if not parts.buffer.reserve(
                 parts.name,
@@ -189,9 +174,13 @@ def _load(
     published: Published,
     log: Callable[[str], None],
 ) -> Published:
-    """Load ``published`` into the engines; it."""
+    """Load ``published`` into the engines; it.
+
+    Raises:
+        WeightsGoneError: When a newer version replaced it on a memory channel first.
+    """
     started = time.perf_counter()
-    loop.run_until_complete(parts.backend.update_weights(read_weights(published)))
+    loop.run_until_complete(parts.backend.update_weights(parts.weights.read(published)))
     log(
         f"explorer {parts.name}: loaded version {published.version} in "
         f"{time.perf_counter() - started:.2f} s"
@@ -207,12 +196,15 @@ def _load_newer(
 ) -> Published:
     """The newest published version, loaded if it is newer than ``loaded`` (else
     ``loaded`` itself, not reloaded)."""
-    current = latest(parts.job_dir)
+    current = parts.weights.latest()
     if current is None or current.version <= loaded.version:
         return loaded
-    if current.folder == loaded.folder:  # a step that changed no weights
+    if current.key == loaded.key:  # a step that changed no weights
         return current
-    return _load(parts, loop, current, log)
+    try:
+        return _load(parts, loop, current, log)
+    except WeightsGoneError:  # replaced while we read it: the next look finds the newer
+        return loaded
 
 
 def _sync(
@@ -231,10 +223,10 @@ def _sync(
         needed = schedule.next_publication(loaded.version) * loaded.groups_per_step
         last_line = time.monotonic()
         while (
-            (current := latest(parts.job_dir)) is not None
+            (current := parts.weights.latest()) is not None
             and current.version <= loaded.version
             and parts.buffer.handed_out() >= needed
-            and finished_version(parts.job_dir) is None
+            and parts.weights.finished() is None
         ):
             if time.monotonic() - last_line >= WAIT_LOG_SECONDS:
                 last_line = time.monotonic()
@@ -273,9 +265,20 @@ def _due(every: int, version: int, validated: set[int]) -> bool:
     return last < 0 or version // every > last // every
 
 
+def _first_weights(
+    parts: ExplorerParts, loop: asyncio.AbstractEventLoop, log: Callable[[str], None]
+) -> Published:
+    """The first published version, loaded (waiting up to ``sync_timeout`` for one)."""
+    while True:
+        try:
+            return _load(parts, loop, _wait_for_weights(parts, log), log)
+        except WeightsGoneError:  # replaced while we read it: take the newer
+            continue
+
+
 def _wait_for_weights(parts: ExplorerParts, log: Callable[[str], None]) -> Published:
     started = last_line = time.monotonic()
-    while (current := latest(parts.job_dir)) is None:
+    while (current := parts.weights.latest()) is None:
         now = time.monotonic()
         if now - started > parts.sync_timeout:
             raise WeightsTimeoutError(
@@ -326,7 +329,7 @@ def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerPar
     )
     from agentgym.config_checks import sync_schedule
     from agentgym.fileio import write_atomic
-    from agentgym.job import experience_buffer, job_dir, staleness_versions
+    from agentgym.job import experience_buffer, job_dir, staleness_versions, weight_channel
     from agentgym.trainers.run_state import RUN_CONFIG
     from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
 
@@ -363,6 +366,7 @@ def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerPar
         name=config.explorer.name,
         job_dir=job_dir(config),
         buffer=experience_buffer(config),
+        weights=weight_channel(config),
         backend=backend,
         chat=ChatTokenizer(AutoTokenizer.from_pretrained(str(path))),
         train_manager=train_manager,

@@ -4,13 +4,17 @@ experience buffer, its staleness bound, and the trainer's rollout source."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentgym.config_checks import sync_schedule
 from agentgym.rollout.buffer_source import BufferSource
 from agentgym.rollout.experience_buffer import ExperienceBuffer
-from agentgym.rollout.published_weights import WeightPublisher
+from agentgym.rollout.published_weights import FolderChannel, WeightChannel, WeightPublisher
 from agentgym.rollout.source import RolloutSource
 from agentgym.schema import TrainConfig
+
+if TYPE_CHECKING:
+    from agentgym.rollout.experience_buffer import JobBuffer
 
 
 def job_dir(config: TrainConfig) -> Path:
@@ -23,10 +27,31 @@ def job_dir(config: TrainConfig) -> Path:
     )
 
 
-def experience_buffer(config: TrainConfig) -> ExperienceBuffer:
-    """The job's experience buffer (``buffer.path``, else ``<job>/buffer.sqlite``)."""
-    path = config.buffer.path or job_dir(config) / "buffer.sqlite"
-    return ExperienceBuffer(Path(path).expanduser())
+def job_name(config: TrainConfig) -> str:
+    """The job's name among a Ray cluster's jobs: ``project/name``."""
+    return f"{config.project}/{config.name or config.exp_name}"
+
+
+def experience_buffer(config: TrainConfig) -> JobBuffer:
+    """The job's experience buffer: a SQLite file (``buffer.path``, else
+    ``<job>/buffer.sqlite``) that this process opens (``storage_type: sql``) or that
+    the job's Ray actor serves (``queue``; the path is then on the actor's node)."""
+    path = Path(config.buffer.path or job_dir(config) / "buffer.sqlite").expanduser().absolute()
+    if config.buffer.storage_type == "queue":
+        from agentgym.rollout.ray_job import RayExperienceBuffer
+
+        return RayExperienceBuffer(job_name(config), path, address=config.ray_address)
+    return ExperienceBuffer(path)
+
+
+def weight_channel(config: TrainConfig) -> WeightChannel:
+    """Where the job's trainer publishes weights (``synchronizer.sync_method``): folders
+    in the job folder (``checkpoint``) or the job's Ray actor (``memory``)."""
+    if config.synchronizer.sync_method == "memory":
+        from agentgym.rollout.ray_job import MemoryChannel
+
+        return MemoryChannel(job_name(config), address=config.ray_address)
+    return FolderChannel(job_dir(config))
 
 
 def staleness_versions(config: TrainConfig) -> float:

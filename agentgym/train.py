@@ -140,8 +140,7 @@ def run(cfg: DictConfig) -> None:
     """
     from agentgym.builders import apply_system_envs, build_train
     from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
-    from agentgym.explore import mark_finished
-    from agentgym.job import job_dir
+    from agentgym.job import weight_channel
     from agentgym.plot import plot_validation, read_metrics
     from agentgym.trainers.grpo import train
     from agentgym.trainers.tracking import CONSOLE_LOG_FILE, METRICS_FILE
@@ -178,7 +177,7 @@ def run(cfg: DictConfig) -> None:
             )
             train(grpo, parts, resume=config.resume_from_checkpoint)
             if config.mode == "train":  # the explorers may end after the last version
-                mark_finished(job_dir(config), config.max_steps)
+                weight_channel(config).finish(config.max_steps)
     except KeyboardInterrupt as interrupt:  # TrainingInterruptedError, or before train()
         sys.exit(stopping.report(interrupt))
     log = output_dir / CONSOLE_LOG_FILE

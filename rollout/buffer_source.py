@@ -13,15 +13,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentgym.rollout.async_rollout import bounded_update, staleness_metrics
-from agentgym.rollout.experience_buffer import ExperienceBuffer, ExplorerRecord
+from agentgym.rollout.experience_buffer import ExplorerRecord
 from agentgym.rollout.metrics import rollout_metrics
 from agentgym.rollout.published_weights import WeightPublisher
 from agentgym.rollout.source import StepRollout
 from agentgym.rollout.sync_schedule import SyncSchedule
 from agentgym.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from agentgym.rollout.experience_buffer import JobBuffer
 
 _T = TypeVar("_T")
 
@@ -53,7 +56,7 @@ class BufferSource:
 
     def __init__(
         self,
-        buffer: ExperienceBuffer,
+        buffer: JobBuffer,
         publisher: WeightPublisher,
         *,
         groups_per_step: int,

@@ -40,10 +40,18 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentgym.rollout.async_rollout import staleness_bound
 from agentgym.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from agentgym.rollout.ray_job import RayExperienceBuffer
+
+    JobBuffer: TypeAlias = "ExperienceBuffer | RayExperienceBuffer"
+    """A job's buffer: this process's SQLite connection, or the job's Ray actor."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS groups (

@@ -1,23 +1,29 @@
-"""Weight sync by checkpoint (``synchronizer.sync_method: checkpoint``): the trainer
-publishes each version of the policy's weights into the job folder, explorers load
-the newest.
+"""Weight sync between the trainer and the explorers of a decoupled job: the trainer
+publishes versions of the policy's weights on a channel, explorers load the newest.
 
-Layout under ``<job>/weights/``: one folder ``v<version>`` per published version
-holding ``model.safetensors``, and ``LATEST.json`` naming the newest version and
-the folder that holds its weights (a step that changed no weights moves the
-version and keeps the folder). Folders are written under a temporary name and
-renamed, and ``LATEST.json`` is replaced atomically, so a reader never sees a
-partial version; the newest :data:`KEEP` folders are kept.
+Two channels (``synchronizer.sync_method``):
+
+* ``checkpoint`` (:class:`FolderChannel`): one folder ``v<version>`` per published
+  version under ``<job>/weights/``, holding ``model.safetensors``, and
+  ``LATEST.json`` naming the newest version and the folder that holds its weights.
+  Folders are written under a temporary name and renamed, and ``LATEST.json`` is
+  replaced atomically, so a reader never sees a partial version; the newest
+  :data:`KEEP` folders are kept. Needs a filesystem every process reaches.
+* ``memory`` (:class:`agentgym.rollout.ray_job.MemoryChannel`): the newest weights in
+  a Ray actor's memory (Trinity-RFT's ``memory``): no shared filesystem.
+
+A version that changed no weights points at the weights of the one before it (the
+same :attr:`Published.key`), so explorers do not reload them.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentgym.fileio import write_json_atomic
 
@@ -26,53 +32,135 @@ if TYPE_CHECKING:
 
 WEIGHTS_DIR = "weights"
 LATEST = "LATEST.json"
+FINISHED = "trainer_finished.json"
+"""The marker the trainer writes in the job folder when it published its last version."""
 KEEP = 3
 """Published folders kept (an explorer loading an older one while a newer lands)."""
 
 
+class WeightsGoneError(RuntimeError):
+    """A channel no longer holds the version asked for (a newer one replaced it)."""
+
+
 @dataclass(frozen=True)
 class Published:
-    """A published version: its number and the folder of its weights."""
+    """A published version: its number, where its weights are, and the trainer's
+    groups per step (the staleness bound counts in these)."""
 
     version: int
-    folder: Path
+    key: str
+    """Where the weights are (a folder, a tag): equal keys hold equal weights."""
     groups_per_step: int
-    """The trainer's groups per step (the staleness bound counts in these)."""
 
 
-def latest(job_dir: Path) -> Published | None:
-    """The newest published version (None: nothing published yet)."""
-    path = job_dir / WEIGHTS_DIR / LATEST
-    if not path.is_file():
-        return None
-    entry = json.loads(path.read_text())
-    folder = job_dir / WEIGHTS_DIR / str(entry["folder"])
-    return Published(int(entry["version"]), folder, int(entry["groups_per_step"]))
+class WeightChannel(Protocol):
+    """Where a job's trainer publishes weights and its explorers find them."""
+
+    def latest(self) -> Published | None:
+        """The newest published version (None: nothing published yet)."""
+        ...
+
+    def read(self, published: Published) -> Iterator[tuple[str, torch.Tensor]]:
+        """The named tensors of ``published``, one at a time."""
+        ...
+
+    def store(
+        self, version: int, tensors: Mapping[str, torch.Tensor], groups_per_step: int
+    ) -> None:
+        """Publish ``tensors`` as version ``version`` (the newest from now on)."""
+        ...
+
+    def point(self, version: int, groups_per_step: int) -> None:
+        """Publish version ``version`` with the newest weights, unchanged."""
+        ...
+
+    def finish(self, version: int) -> None:
+        """The trainer published its last version: explorers may end."""
+        ...
+
+    def finished(self) -> int | None:
+        """The trainer's last version, once it has finished (None: still training)."""
+        ...
 
 
-def read_weights(published: Published) -> Iterator[tuple[str, torch.Tensor]]:
-    """The named tensors of a published version, one at a time."""
-    from safetensors import safe_open
+class FolderChannel:
+    """``sync_method: checkpoint``: versions as folders in ``<job_dir>/weights``."""
 
-    with safe_open(str(published.folder / "model.safetensors"), framework="pt") as file:
-        for name in file.keys():  # noqa: SIM118 (safe_open has no __iter__)
-            yield name, file.get_tensor(name)
+    def __init__(self, job_dir: Path) -> None:
+        self.job_dir = job_dir
+        self.root = job_dir / WEIGHTS_DIR
+
+    def latest(self) -> Published | None:
+        """The newest published version (None: nothing published yet)."""
+        path = self.root / LATEST
+        if not path.is_file():
+            return None
+        entry = json.loads(path.read_text())
+        folder = str(self.root / str(entry["folder"]))
+        return Published(int(entry["version"]), folder, int(entry["groups_per_step"]))
+
+    def read(self, published: Published) -> Iterator[tuple[str, torch.Tensor]]:
+        """The named tensors of ``published``, one at a time."""
+        from safetensors import safe_open
+
+        with safe_open(str(Path(published.key) / "model.safetensors"), framework="pt") as file:
+            for name in file.keys():  # noqa: SIM118 (safe_open has no __iter__)
+                yield name, file.get_tensor(name)
+
+    def store(
+        self, version: int, tensors: Mapping[str, torch.Tensor], groups_per_step: int
+    ) -> None:
+        """Write ``tensors`` as folder ``v<version>`` and point ``LATEST.json`` at it."""
+        from safetensors.torch import save_file
+
+        folder = self.root / f"v{version:08d}"
+        staging = self.root / f".v{version:08d}.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        save_file(dict(tensors), str(staging / "model.safetensors"))
+        shutil.rmtree(folder, ignore_errors=True)
+        staging.rename(folder)
+        self._point(version, folder.name, groups_per_step)
+
+    def point(self, version: int, groups_per_step: int) -> None:
+        """``LATEST.json`` names ``version`` and the newest folder."""
+        current = self.latest()
+        if current is None:
+            raise RuntimeError(f"nothing published in {self.root} yet")
+        self._point(version, Path(current.key).name, groups_per_step)
+
+    def _point(self, version: int, folder: str, groups_per_step: int) -> None:
+        entry = {"version": version, "folder": folder, "groups_per_step": groups_per_step}
+        write_json_atomic(self.root / LATEST, entry)
+        folders = sorted(p for p in self.root.glob("v*") if p.is_dir())
+        for old in folders[:-KEEP]:
+            if old.name != folder:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def finish(self, version: int) -> None:
+        """Write the marker :data:`FINISHED` in the job folder."""
+        write_json_atomic(self.job_dir / FINISHED, {"version": version})
+
+    def finished(self) -> int | None:
+        """The version in the marker :data:`FINISHED` (None: no marker yet)."""
+        path = self.job_dir / FINISHED
+        return int(json.loads(path.read_text())["version"]) if path.is_file() else None
 
 
 class WeightPublisher:
     """The trainer's "engine" in ``mode: train``: each :meth:`update_weights` publishes
-    the next version into ``<job>/weights``.
+    the next version on the job's channel.
 
     Args:
-        job_dir: The job folder.
+        channel: Where the job's weights are published.
         groups_per_step: The trainer's groups per step, published with each version.
         version: The version before the next publication: -1 for a new run (the
             builders publish the model's weights as version 0), ``S - 1`` on a resume
             from step ``S`` (the recipe sends the checkpoint's weights, published as ``S``).
     """
 
-    def __init__(self, job_dir: Path, *, groups_per_step: int, version: int = -1) -> None:
-        self.job_dir = job_dir
+    def __init__(self, channel: WeightChannel, *, groups_per_step: int, version: int = -1) -> None:
+        self.channel = channel
         self.groups_per_step = groups_per_step
         self.version = version
         self.upcoming: int | None = None
@@ -89,40 +177,19 @@ class WeightPublisher:
         self.upcoming = None
         self.publish(version, weights)
 
-    def publish(self, version: int, weights: Iterable[tuple[str, torch.Tensor]]) -> Path:
-        """Write ``weights`` as version ``version`` and make it the newest."""
-        from safetensors.torch import save_file
-
-        root = self.job_dir / WEIGHTS_DIR
-        folder = root / f"v{version:08d}"
-        staging = root / f".v{version:08d}.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
+    def publish(self, version: int, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Publish ``weights`` as version ``version``, the newest."""
         tensors = {name: tensor.detach().cpu().contiguous() for name, tensor in weights}
-        save_file(tensors, str(staging / "model.safetensors"))
+        self.channel.store(version, tensors, self.groups_per_step)
         self.last_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
-        shutil.rmtree(folder, ignore_errors=True)
-        staging.rename(folder)
-        self._point(version, folder.name)
-        return folder
+        self.version = version
 
     def skip(self, version: int | None = None) -> None:
         """Weights unchanged since the newest published: ``version`` (default the next)
-        points at the same folder."""
-        current = latest(self.job_dir)
-        if current is None:
-            raise RuntimeError(f"nothing published in {self.job_dir / WEIGHTS_DIR} yet")
-        self._point(self.version + 1 if version is None else version, current.folder.name)
-
-    def _point(self, version: int, folder: str) -> None:
-        root = self.job_dir / WEIGHTS_DIR
-        entry = {"version": version, "folder": folder, "groups_per_step": self.groups_per_step}
-        write_json_atomic(root / LATEST, entry)
+        holds the same weights."""
+        version = self.version + 1 if version is None else version
+        self.channel.point(version, self.groups_per_step)
         self.version = version
-        folders = sorted(p for p in root.glob("v*") if p.is_dir())
-        for old in folders[:-KEEP]:
-            if old.name != folder:
-                shutil.rmtree(old, ignore_errors=True)
 
     async def close(self) -> None:
         """Nothing to release."""

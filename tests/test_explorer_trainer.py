@@ -192,7 +192,8 @@ def test_a_trainer_without_explorers_fails_naming_them(tmp_path: Path, cache: Pa
     [
         ("mode=serve", "use mode=explore"),
         ("synchronizer.sync_method=nccl", "needs GPUs and is not built; use checkpoint"),
-        ("buffer.storage_type=queue", "not built yet; use sql"),
+        ("synchronizer.sync_method=online", "nccl needs GPUs"),  # Trinity's alias
+        ("buffer.storage_type=file", "not built; use sql"),
         ("mode=expolre", r"not one of \['both', 'explore', 'train', 'bench'"),
     ],
 )
@@ -230,3 +231,42 @@ def test_a_second_explorer_joins_mid_run_and_leaves_without_stopping_the_trainer
     consumed = buffer(tmp_path).consumed_by_step()
     after = {key[0] for step, keys in consumed.items() if step > joined for key in keys}
     assert after == {"explorer", "second"}, consumed
+
+
+@pytest.mark.ray
+def test_a_queue_buffer_on_ray_loses_nothing_when_its_actor_is_killed(
+    tmp_path: Path, cache: Path
+) -> None:
+    """``queue`` + ``memory``: the job's state in Ray actors, no shared filesystem used for
+    it; the buffer's actor is killed mid-run, Ray restarts it on the same SQLite file,
+    and every group is still trained exactly once."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback; read when ray is imported
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from agentgym.rollout.ray_job import NAMESPACE, remove_job_actors
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    try:
+        ray_job = [
+            "buffer.storage_type=queue", "synchronizer.sync_method=memory",
+            f"ray_address={cluster.address}", "synchronizer.sync_offset=1", "max_steps=5",
+        ]  # fmt: skip
+        trainer = start(tmp_path, cache, "train", *ray_job)
+        explorer = start(tmp_path, cache, "explore", *ray_job)
+        wait_for(tmp_path / "train" / "checkpoints" / "checkpoint-2" / "trainer_state.json")
+        ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
+        actor: Any = ray.get_actor("p/job:buffer", namespace=NAMESPACE)
+        killed = int(ray.get(actor.pid.remote()))
+        os.kill(killed, signal.SIGKILL)
+        finish(trainer, tmp_path / "train.log")
+        finish(explorer, tmp_path / "explore.log")
+        assert ray.get(actor.pid.remote()) != killed  # Ray restarted it
+        assert_each_group_once(tmp_path, 5)
+        assert_staleness_within(tmp_path / "train", bound=1)
+        assert not (tmp_path / "jobs" / "p" / "job" / "weights").exists()  # weights in memory
+        remove_job_actors("p/job")
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        os.environ.pop("RAY_ADDRESS", None)

@@ -21,7 +21,7 @@ from agentgym.explore import _sync
 from agentgym.job import staleness_versions
 from agentgym.rollout.buffer_source import BufferSource
 from agentgym.rollout.experience_buffer import ExperienceBuffer
-from agentgym.rollout.published_weights import WeightPublisher, latest, read_weights
+from agentgym.rollout.published_weights import FolderChannel, WeightPublisher
 from agentgym.rollout.sync_schedule import SyncSchedule
 from agentgym.schema import validate
 from tests.rollout.test_experience_buffer import group, put
@@ -96,7 +96,8 @@ class Trainer:
         self.buffer = ExperienceBuffer(root / "buffer.sqlite")
         self.buffer.join("e")
         self.weights = {"w": torch.zeros(2)}
-        self.publisher = WeightPublisher(root, groups_per_step=1)
+        self.channel = FolderChannel(root)
+        self.publisher = WeightPublisher(self.channel, groups_per_step=1)
         self.publisher.publish(0, self.weights.items())
         self.source = BufferSource(
             self.buffer,
@@ -122,9 +123,9 @@ class Trainer:
             self.source.skip_update()
 
     def published(self) -> tuple[int, float]:
-        current = latest(self.root)
+        current = self.channel.latest()
         assert current is not None
-        return current.version, float(dict(read_weights(current))["w"][0])
+        return current.version, float(dict(self.channel.read(current))["w"][0])
 
 
 def test_the_trainer_publishes_every_interval_and_its_last_step(tmp_path: Path) -> None:
@@ -203,19 +204,24 @@ class Engine:
 
 def explorer(root: Path, buffer: ExperienceBuffer, schedule: SyncSchedule) -> Any:
     return SimpleNamespace(
-        name="e", job_dir=root, buffer=buffer, backend=Engine(), schedule=schedule
+        name="e",
+        buffer=buffer,
+        weights=FolderChannel(root),
+        backend=Engine(),
+        schedule=schedule,
     )
 
 
 def test_fixed_waits_for_the_next_version_when_the_trainer_has_its_groups(
     tmp_path: Path,
 ) -> None:
-    publisher = WeightPublisher(tmp_path, groups_per_step=1)
+    channel = FolderChannel(tmp_path)
+    publisher = WeightPublisher(channel, groups_per_step=1)
     publisher.publish(0, {"w": torch.zeros(1)}.items())
     buffer = ExperienceBuffer(tmp_path / "buffer.sqlite")
     buffer.join("e")
     parts = explorer(tmp_path, buffer, SyncSchedule())
-    loaded = latest(tmp_path)
+    loaded = channel.latest()
     assert loaded is not None
     loop = asyncio.new_event_loop()
     started = time.monotonic()
@@ -231,12 +237,13 @@ def test_fixed_waits_for_the_next_version_when_the_trainer_has_its_groups(
 
 
 def test_explorer_driven_asks_and_goes_on_without_waiting(tmp_path: Path) -> None:
-    publisher = WeightPublisher(tmp_path, groups_per_step=1)
+    channel = FolderChannel(tmp_path)
+    publisher = WeightPublisher(channel, groups_per_step=1)
     publisher.publish(0, {"w": torch.zeros(1)}.items())
     buffer = ExperienceBuffer(tmp_path / "buffer.sqlite")
     buffer.join("e")
     parts = explorer(tmp_path, buffer, SyncSchedule(style="explorer_driven"))
-    loaded = latest(tmp_path)
+    loaded = channel.latest()
     assert loaded is not None
     loop = asyncio.new_event_loop()
     assert _sync(parts, loop, loaded, print) is loaded
