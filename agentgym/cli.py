@@ -4,6 +4,7 @@
 arguments, as ``python -m`` would::
 
     agentgym play sokoban --seed 3
+    agentgym run --config explorer.yaml buffer.batch_size=8
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "play": ("agentgym.play", "play a text env in the terminal"),
     "plan": ("agentgym.plan", "search Megatron layouts for a model, devices and batch"),
+    "run": ("agentgym.launch", "run a config file (agentgym's, ROLL's or Trinity-RFT's)"),
 }
 """Command -> (the module whose ``main(argv)`` runs it, what it does)."""
 

@@ -253,8 +253,11 @@ def read_rows(config: TaskSetConfig) -> datasets.Dataset:
         return _split(datasets.load_from_disk(str(path)), config)
     if path.is_dir() or _hub_name(config.path):
         try:
-            loaded = datasets.load_dataset(str(path) if path.is_dir() else config.path,
-                                           name=config.subset_name)  # fmt: skip
+            loaded = datasets.load_dataset(
+                str(path) if path.is_dir() else config.path,
+                name=config.subset_name,
+                cache_dir=_folder_cache(path) if path.is_dir() else None,
+            )
         except ValueError as error:  # an unknown subset: datasets lists the valid ones
             raise TaskSetError(f"taskset {config.path!r}: {error}") from error
         return _split(loaded, config)
@@ -262,6 +265,23 @@ def read_rows(config: TaskSetConfig) -> datasets.Dataset:
         f"taskset.path={config.path!r} is not a file or folder here; give a .jsonl, .json or "
         ".parquet file, a save_to_disk folder, a folder of data files, or a Hub name (owner/name)"
     )
+
+
+def _folder_cache(path: Path) -> str:
+    """A ``datasets`` cache folder for the data folder ``path``, keyed by its absolute path
+    and its files' sizes and times: ``datasets`` keys a folder's cache by its files'
+    paths *relative to the folder*, so two folders of one layout (``gsm8k/main/
+    train.jsonl``) would share one cache and the second would read the first's rows."""
+    import hashlib
+
+    from datasets import config as datasets_config
+
+    digest = hashlib.sha256(str(path.resolve()).encode())
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        stat = file.stat()
+        digest.update(f"{file.relative_to(path)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    root = Path(datasets_config.HF_DATASETS_CACHE) / "agentgym-folders"
+    return str(root / digest.hexdigest()[:16])
 
 
 def _saved_to_disk(path: Path) -> bool:

@@ -23,6 +23,7 @@ from agentgym import stopping
 from agentgym.errors import ConfigError, did_you_mean
 from agentgym.formats.fit import fit_to_machine
 from agentgym.formats.roll import from_roll, interpolated_keys, is_roll_config
+from agentgym.formats.trinity import trinity_arguments
 from agentgym.schema import OPEN_MAPPINGS, TrainConfig, known_paths, validate
 
 CONFIG_GROUPS = ("env", "model", "generation", "strategy", "tracker")
@@ -252,6 +253,14 @@ def main() -> None:
     try:
         register_env_configs()
         try:
+            trinity = trinity_arguments(sys.argv[1:])
+            if trinity is not None:  # one of Trinity-RFT's files: agentgym's arguments
+                arguments, translation = trinity
+                for note in translation.notes:
+                    print(f"Trinity config: {note}", flush=True)
+                if translation.changes:
+                    print(translation.table(), flush=True)
+                sys.argv[1:] = arguments
             sys.argv[1:] = check_overrides(sys.argv[1:])
         except ConfigError as error:
             print(f"config error: {error}", file=sys.stderr)

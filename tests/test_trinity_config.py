@@ -1,0 +1,151 @@
+"""Trinity-RFT's config files (its async GSM8K example: an explorer, a trainer, and an
+explorer that joins), saved verbatim in tests/data/trinity, read as agentgym runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentgym.envs.math_workflow.problems import generate_problems
+from agentgym.errors import ConfigError
+from agentgym.formats.fit import Machine
+from agentgym.formats.trinity import from_trinity, load_trinity, trinity_arguments
+from agentgym.rollout.experience_buffer import ExperienceBuffer
+
+FILES = Path(__file__).parent / "data" / "trinity"
+CPU = Machine(cuda=False, megatron=True, flash_attn=False)
+
+
+def gsm8k_folder(root: Path, rows: int) -> Path:
+    """A task set in openai/gsm8k's layout: subset ``main``, split ``train``."""
+    folder = root / "gsm8k"
+    (folder / "main").mkdir(parents=True)
+    lines = [json.dumps(row) for row in generate_problems(rows, 0)]
+    (folder / "main" / "train.jsonl").write_text("\n".join(lines) + "\n")
+    (folder / "README.md").write_text(
+        "---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n"
+        "    path: main/train.jsonl\n---\n"
+    )
+    return folder
+
+
+@pytest.fixture
+def taskset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = gsm8k_folder(tmp_path, 200)
+    monkeypatch.setenv("TRINITY_TASKSET_PATH", str(folder))
+    return folder
+
+
+def arguments(name: str, *extra: str) -> dict[str, str]:
+    result = trinity_arguments(["--config-path", str(FILES), "--config-name", name, *extra])
+    assert result is not None
+    return dict(argument.lstrip("+").split("=", 1) for argument in result[0])
+
+
+def test_the_unshrunk_files_resolve_to_trinity_meanings(taskset: Path) -> None:
+    explorer, trainer = arguments("explorer"), arguments("trainer")
+    assert explorer["mode"] == "'explore'" and trainer["mode"] == "'train'"
+    assert explorer["train_env_manager.group_size"] == "8"  # repeat_times
+    assert explorer["train_env_manager.env_groups"] == "64"  # tasks per explore step
+    assert trainer["rollout_batch_size"] == "512"  # experiences per optimizer step
+    steps = int(trainer["actor_train.training_args.per_device_train_batch_size"]) * int(
+        trainer["actor_train.training_args.gradient_accumulation_steps"]
+    )
+    assert steps == 512  # one optimizer step per training step
+    assert trainer["actor_train.training_args.learning_rate"] == "1e-06"
+    assert trainer["max_grad_norm"] == "1.0"
+    assert trainer["sequence_length"] == "2048" and trainer["generation.max_new_tokens"] == "1024"
+    # 200 rows, 1 epoch: 3 whole batches of 64 tasks, 8 samples each, 512 a step
+    assert trainer["max_steps"] == "3" and explorer["max_steps"] == "3"
+    assert trainer["actor_train.use_dynamic_batching_in_train"] == "true"
+    assert trainer["actor_train.max_tokens_per_microbatch_in_train"] == "16384"
+    assert explorer["env"] == "math_workflow"
+    assert "subset_name: 'main'" in explorer["env.kwargs.taskset"]
+    assert explorer["synchronizer.sync_interval"] == "10"
+    assert explorer["max_running_requests"] == "64"  # 16 runners x 4 engines
+    assert arguments("explorer_new")["explorer.name"] == "'explorer_new'"
+    # Trinity's GRPO defaults, not ours
+    assert trainer["drop_zero_variance_groups"] == "false"
+    assert trainer["kl_loss_coef"] == "0.001" and trainer["use_kl_loss"] == "true"
+
+
+def test_fitting_lists_each_change_for_a_cpu_machine(taskset: Path) -> None:
+    translation = from_trinity(load_trinity(FILES / "trainer.yaml"), machine=CPU)
+    fitted = {change.key: change.fitted for change in translation.changes}
+    assert fitted["num_gpus_per_node"] == 0
+    assert fitted["buffer.storage_type"] == "sql"  # no Ray cluster named
+    assert "queue" in translation.table()
+
+
+def test_keys_without_meaning_here_are_named(taskset: Path) -> None:
+    raw = load_trinity(FILES / "trainer.yaml")
+    raw["trainer"]["grad_clp"] = 1.0
+    with pytest.raises(ConfigError, match=r"trainer.grad_clp.*Did you mean 'grad_clip'"):
+        from_trinity(raw, machine=CPU)
+    raw = load_trinity(FILES / "trainer.yaml", ["algorithm.algorithm_type=dpo"])
+    with pytest.raises(ConfigError, match="DPO"):
+        from_trinity(raw, machine=CPU)
+    raw = load_trinity(FILES / "trainer.yaml", ["trainer.ulysses_sequence_parallel_size=2"])
+    with pytest.raises(ConfigError, match="Ulysses"):
+        from_trinity(raw, machine=CPU)
+    raw = load_trinity(
+        FILES / "trainer.yaml", ["buffer.explorer_input.taskset.format.prompt_key=problem"]
+    )
+    with pytest.raises(ConfigError, match="question"):  # the columns that exist
+        from_trinity(raw, machine=CPU)
+
+
+SHRINK = [
+    "buffer.batch_size=2", "buffer.train_batch_size=4", "algorithm.repeat_times=2",
+    "model.max_response_tokens=16", "model.max_model_len=512", "generation=hf",
+]  # fmt: skip
+"""Batch sizes (and the response budget) shrunk for a CPU; generation=hf is ours."""
+
+
+def test_the_three_files_run_as_a_decoupled_job(tmp_path: Path, tiny_model_dir: Path) -> None:
+    folder = gsm8k_folder(tmp_path, 8)  # 1 epoch: 4 explore steps, 4 training steps
+    env = dict(os.environ) | {
+        "TRINITY_MODEL_PATH": str(tiny_model_dir),
+        "TRINITY_TASKSET_PATH": str(folder),
+        "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "checkpoints"),
+    }
+    processes = {}
+    for name in ("trainer", "explorer", "explorer_new"):
+        command = [
+            sys.executable, "-m", "agentgym.train", "--config-path", str(FILES),
+            "--config-name", name, *SHRINK, f"output_dir={tmp_path / name}",
+        ]  # fmt: skip
+        log = (tmp_path / f"{name}.log").open("w")
+        processes[name] = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True
+        )
+    try:
+        for name, process in processes.items():
+            assert process.wait(300) == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+    trainer_log = (tmp_path / "trainer.log").read_text()
+    assert "Trinity config: 4 steps" in trainer_log and "machine fitting" in trainer_log
+    buffer = ExperienceBuffer(tmp_path / "gsm8k.db")  # sqlite:///gsm8k.db, in the cwd
+    consumed = buffer.consumed_by_step()
+    assert sorted(consumed) == [1, 2, 3, 4]
+    keys = [key for step in consumed.values() for key in step]
+    assert len(keys) == len(set(keys)) == 8
+    assert {record.name for record in buffer.explorers()} == {"explorer", "explorer_new"}
+
+
+def test_agentgym_run_takes_the_file_itself() -> None:
+    from agentgym.launch import arguments as run_arguments
+
+    assert run_arguments([f"--config={FILES / 'trainer.yaml'}", "buffer.batch_size=8"]) == [
+        "--config-path", str(FILES.resolve()), "--config-name", "trainer", "buffer.batch_size=8",
+    ]  # fmt: skip
+    with pytest.raises(SystemExit):
+        run_arguments(["--config", "nowhere.yaml"])
