@@ -96,7 +96,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "buffer.explorer_input.taskset.rollout_args": ("temperature",),
     "buffer.trainer_input": ("experience_buffer",),
     "buffer.trainer_input.experience_buffer": ("name", "storage_type", "path"),
-    "explorer": ("name", "runner_per_model", "rollout_model"),
+    "explorer": ("name", "runner_per_model", "rollout_model", "bench_on_latest_checkpoint"),
     "explorer.rollout_model": ("engine_num", "tensor_parallel_size"),
     "synchronizer": ("sync_method", "sync_interval", "sync_offset", "sync_style", "sync_timeout"),
     "trainer": (
@@ -246,8 +246,9 @@ def from_trinity(
         values["buffer.path"] = str(experience["path"]).removeprefix("sqlite:///")
 
     explorer = raw.get("explorer") or {}
-    if "name" in explorer:
-        values["explorer.name"] = explorer["name"]
+    for key in ("name", "bench_on_latest_checkpoint"):
+        if key in explorer:
+            values[f"explorer.{key}"] = explorer[key]
     rollout_model = explorer.get("rollout_model") or {}
     engines = int(rollout_model.get("engine_num", 1))
     tp = int(rollout_model.get("tensor_parallel_size", 1))
