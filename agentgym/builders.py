@@ -351,12 +351,14 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
         pg_variant=config.pg_variant,
         topr_positive_weight=config.topr_positive_weight,
         topr_negative_weight=config.topr_negative_weight,
+        topr_advantage_threshold=config.topr_advantage_threshold,
         tis_lower_bound=config.tis_lower_bound,
         tis_upper_bound=config.tis_upper_bound,
         cispo_epsilon_low=config.cispo_epsilon_low,
         cispo_epsilon_high=config.cispo_epsilon_high,
         cispo_use_unified_mask=config.cispo_use_unified_mask,
         kimi15_tau=config.kimi15_tau,
+        opmd_tau=config.opmd_tau,
     )
     advantage = AdvantageConfig(
         adv_estimator=config.adv_estimator,
@@ -374,6 +376,8 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
         grouping=config.reward_normalization.grouping,
         normalization=config.reward_normalization.method,
         drop_zero_variance_groups=config.drop_zero_variance_groups,
+        opmd_baseline=config.opmd_baseline,
+        opmd_baseline_tau=config.opmd_baseline_tau,
         step_score=config.step_score,
         step_advantage_weight=config.step_advantage_weight,
         step_gamma=config.step_gamma,

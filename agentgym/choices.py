@@ -24,8 +24,13 @@ NORMALIZATIONS = ("identity", "mean", "mean_std", "asym_clip")
 """``reward_normalization.method``: the score; minus the group mean; (score - mean) /
 (unbiased std + 1e-6); mean_std clamped to [-1, 3]."""
 
-ADVANTAGE_ESTIMATORS = ("grpo", "reinforce", "gae")
-"""``adv_estimator``: the built-in estimators (``gae`` with the critic)."""
+ADVANTAGE_ESTIMATORS = ("grpo", "reinforce", "gae", "opmd")
+"""``adv_estimator``: the built-in estimators (``gae`` with the critic; ``opmd``:
+Trinity-RFT's OPMD, the score minus its group's ``opmd_baseline``)."""
+
+OPMD_BASELINES = ("mean", "logavgexp")
+"""``opmd_baseline``: the group's mean score, or ``tau * log(mean(exp(score / tau)))``
+(Trinity-RFT's ``advantage_fn_args.opmd_baseline``)."""
 
 LOSS_AGG_MODES = (
     "token-mean",
@@ -38,16 +43,18 @@ LOSS_AGG_MODES = (
 KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl", "full")
 """``kl_penalty``: the KL estimator (``k1``, ``k2``, ``k3`` are accepted aliases)."""
 
-PG_VARIANTS = ("vanilla", "ppo", "tis", "topr", "cispo", "kimi15")
-"""``pg_variant``: ROLL's agentic policy losses (``agentic_actor_pg_worker``)."""
+PG_VARIANTS = ("vanilla", "ppo", "tis", "topr", "cispo", "kimi15", "opmd")
+"""``pg_variant``: ROLL's agentic policy losses (``agentic_actor_pg_worker``) and
+Trinity-RFT's ``opmd``."""
 
 PG_VARIANT_KNOBS: dict[str, tuple[str, ...]] = {
     "vanilla": (),
     "ppo": ("clip_ratio_low", "clip_ratio_high", "dual_clip_ratio_c"),
     "tis": ("tis_lower_bound", "tis_upper_bound"),
-    "topr": ("topr_positive_weight", "topr_negative_weight"),
+    "topr": ("topr_positive_weight", "topr_negative_weight", "topr_advantage_threshold"),
     "cispo": ("cispo_epsilon_low", "cispo_epsilon_high", "cispo_use_unified_mask"),
     "kimi15": ("kimi15_tau",),
+    "opmd": ("opmd_tau",),
 }
 """The keyword arguments each variant of :mod:`agentgym.trainers.pg_variants` requires
 besides the common ones, named as the config keys that set them (``dual_clip_ratio_c``:

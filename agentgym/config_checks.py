@@ -369,12 +369,13 @@ def check_algorithm(config: TrainConfig) -> None:
             f"reward_normalization.method={method!r}: set reward_normalization.method=identity "
             "(docs/rewards.md: how the reward keys compose)"
         )
-    if config.whiten_rewards and config.adv_estimator == "grpo":
+    if config.whiten_rewards and config.adv_estimator in ("grpo", "opmd"):
         raise ConfigError(
-            "whiten_rewards whitens the token-level rewards, which adv_estimator=grpo does not "
-            "read (it spreads the normalized score): use adv_estimator=reinforce or gae, or "
-            "whiten_advantages"
+            f"whiten_rewards whitens the token-level rewards, which adv_estimator="
+            f"{config.adv_estimator} does not read (it spreads the normalized score): use "
+            "adv_estimator=reinforce or gae, or whiten_advantages"
         )
+    check_opmd(config)
     if config.use_topr_loss and not config.sft_loss_coef:
         raise ConfigError(
             "use_topr_loss adds TOPR's tapered term for negative samples to the sft_loss_coef "
@@ -396,6 +397,28 @@ def check_algorithm(config: TrainConfig) -> None:
     if gae:
         name = config.critic.strategy_args.strategy_name or "torch"
         check_choice("critic.strategy_args.strategy_name", name, CRITIC_STRATEGY_NAMES)
+
+
+def check_opmd(config: TrainConfig) -> None:
+    """``adv_estimator=opmd`` subtracts its own group baseline from the raw scores, so
+    ``reward_normalization.method`` must be ``identity``; its keys are read by it only."""
+    fields = type(config).model_fields
+    if config.adv_estimator != "opmd":
+        for key in ("opmd_baseline", "opmd_baseline_tau"):
+            value = getattr(config, key)
+            if value != fields[key].default:
+                raise ConfigError(
+                    f"{key}={value} is read by adv_estimator=opmd only, but adv_estimator="
+                    f"{config.adv_estimator}: drop {key}, or set adv_estimator=opmd"
+                )
+        return
+    method = config.reward_normalization.method
+    if method != "identity":
+        raise ConfigError(
+            f"adv_estimator=opmd subtracts its group baseline (opmd_baseline="
+            f"{config.opmd_baseline}) from the scores, and reward_normalization.method="
+            f"{method!r} would normalize them first: set reward_normalization.method=identity"
+        )
 
 
 def check_pg_variant(config: TrainConfig) -> None:
@@ -426,7 +449,12 @@ def check_pg_variant(config: TrainConfig) -> None:
             "term to the sft_loss_coef term of another policy loss: set one of them "
             "(use_topr_loss=false with pg_variant=topr)"
         )
-    if variant == "topr" and config.rollout_mode == "step" and config.step_score == "turn":
+    if (
+        variant == "topr"
+        and config.topr_advantage_threshold is None
+        and config.rollout_mode == "step"
+        and config.step_score == "turn"
+    ):
         raise ConfigError(
             "pg_variant=topr splits the samples by their episode's score (> 0: positive, as "
             "ROLL's get_episode_scores), but with rollout_mode=step and step_score=turn a "

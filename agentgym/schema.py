@@ -28,6 +28,7 @@ from agentgym.choices import (
     ADVANTAGE_ESTIMATORS,
     KL_PENALTIES,
     LOSS_AGG_MODES,
+    OPMD_BASELINES,
     PG_VARIANTS,
     REWARD_NORMS,
     SAMPLE_MODES,
@@ -147,6 +148,8 @@ class TrainConfig(Section):
     advantage_clip: PositiveFloat | None = None
     reward_normalization: RewardNormalization = RewardNormalization()
     drop_zero_variance_groups: Bool = True
+    opmd_baseline: Choice("opmd_baseline", OPMD_BASELINES) = "mean"  # type: ignore[valid-type]
+    opmd_baseline_tau: PositiveFloat = 1.0
     step_advantage_weight: NonNegativeFloat = 1.0
     step_gamma: Annotated[float, Field(gt=0, le=1)] = 0.95
     use_reward_scaling: Bool = False
@@ -186,12 +189,14 @@ class TrainConfig(Section):
     pg_variant: Choice("pg_variant", PG_VARIANTS) = "ppo"  # type: ignore[valid-type]
     topr_positive_weight: NonNegativeFloat = 1.0
     topr_negative_weight: NonNegativeFloat = 1.0
+    topr_advantage_threshold: float | None = None
     tis_lower_bound: NonNegativeFloat = 0.0
     tis_upper_bound: NonNegativeFloat = 1.0
     cispo_epsilon_low: NonNegativeFloat = 0.1
     cispo_epsilon_high: NonNegativeFloat = 0.1
     cispo_use_unified_mask: Bool = False
     kimi15_tau: NonNegativeFloat = 0.1
+    opmd_tau: NonNegativeFloat = 1.0
 
     # envs and roles
     train_env_manager: EnvManagerSection = EnvManagerSection()

@@ -7,8 +7,10 @@ The trainer turns a rollout batch into per-token advantages in two steps:
    a ``method`` (identity, mean, mean/std, mean/std clamped to ``[-1, 3]``),
    then clamps to ``reward_clip``.
 2. :func:`compute_advantages` spreads the result over the generated tokens with
-   a registered estimator (``grpo``, ``reinforce``, or one added with
-   :func:`register_estimator`), then whitens and clips.
+   a registered estimator (``grpo``, ``reinforce``, ``opmd``, or one added with
+   :func:`register_estimator`), then whitens and clips. ``opmd`` (Trinity-RFT's
+   OPMD) first subtracts each group's baseline (:func:`opmd_advantages`, which
+   the trainer applies to the normalized scores).
 
 Shapes: ``B`` samples, ``T`` token positions; ``[B, T]`` tensors are aligned
 with ``RolloutBatch.input_ids`` and ``loss_mask`` is 1 exactly on generated tokens.
@@ -22,7 +24,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from agentgym.choices import GROUPINGS, NORMALIZATIONS
+from agentgym.choices import GROUPINGS, NORMALIZATIONS, OPMD_BASELINES
 from agentgym.errors import check_choice
 
 STD_EPSILON = 1e-6
@@ -172,6 +174,81 @@ def normalize_rewards(
     return normalized
 
 
+def _opmd_mean(scores: Tensor, group: Tensor, counts: Tensor, tau: float) -> Tensor:
+    sums = scores.new_zeros(counts.shape[0]).index_add_(0, group, scores)  # [G]
+    return sums / counts  # [G]
+
+
+def _opmd_logavgexp(scores: Tensor, group: Tensor, counts: Tensor, tau: float) -> Tensor:
+    scaled = scores / tau  # [B]
+    # logsumexp per group, shifted by the group's max so that no exp overflows
+    top = scaled.new_zeros(counts.shape[0]).scatter_reduce(
+        0, group, scaled, reduce="amax", include_self=False
+    )  # [G]
+    sums = scaled.new_zeros(counts.shape[0]).index_add_(0, group, (scaled - top[group]).exp())
+    return tau * (top + sums.log() - counts.log())  # [G]
+
+
+_OPMD_BASELINES: dict[str, Callable[[Tensor, Tensor, Tensor, float], Tensor]] = {
+    "mean": _opmd_mean,
+    "logavgexp": _opmd_logavgexp,
+}
+
+
+def opmd_advantages(
+    scores: Tensor,
+    *,
+    baseline: str,
+    tau: float,
+    grouping: str = "state",
+    group_ids: Tensor | Sequence[int] | None = None,
+    tags: Sequence[str] | None = None,
+) -> Tensor:
+    """OPMD's per-sample advantage (Trinity-RFT's ``opmd`` advantage_fn): ``[B]``.
+
+    Each sample's score minus its group's baseline: the group's ``mean``, or
+    ``logavgexp``, ``tau * log(mean_j exp(score_j / tau))`` (a soft maximum: it
+    tends to the mean as ``tau`` grows and to the maximum as it shrinks). A group
+    of one sample has baseline 0, so its advantage is its score (Trinity's rule;
+    GRPO's normalization gives such a sample 0).
+
+    Args:
+        scores: ``[B]`` each sample's score.
+        baseline: One of :data:`~agentgym.choices.OPMD_BASELINES`.
+        tau: ``logavgexp``'s temperature (``> 0``; unused by ``mean``).
+        grouping: One of :data:`GROUPINGS` (Trinity groups by task: ``state``).
+        group_ids: ``[B]`` GRPO group of each sample (needed for ``state``).
+        tags: The env tag of each sample (needed for ``inductive``).
+
+    Returns:
+        ``[B]`` advantages (floating, on the device of ``scores``).
+
+    Raises:
+        ValueError: On an unknown baseline or grouping, ``tau <= 0``, or missing
+            or mis-sized group ids or tags.
+    """
+    check_choice("opmd_baseline", baseline, OPMD_BASELINES)
+    check_choice("reward normalization grouping", grouping, GROUPINGS)
+    if not tau > 0:
+        raise ValueError(f"opmd_baseline_tau must be > 0, got {tau}")
+    if scores.dim() != 1:
+        raise ValueError(f"scores must be 1-D [B], got shape {tuple(scores.shape)}")
+    ids = None if group_ids is None else torch.as_tensor(group_ids, device=scores.device).long()
+    if ids is not None and ids.shape != scores.shape:
+        raise ValueError(f"group_ids must have shape {tuple(scores.shape)}, got {tuple(ids.shape)}")
+    if tags is not None and len(tags) != scores.shape[0]:
+        raise ValueError(f"tags must have one tag per sample ({scores.shape[0]}), got {len(tags)}")
+    values = scores if scores.is_floating_point() else scores.float()
+    group = _GROUPERS[grouping](values, ids, tags)  # [B]
+    if not group.numel():
+        return values.clone()
+    group = torch.unique(group, return_inverse=True)[1]  # [B], in 0..G-1
+    counts = torch.bincount(group).to(values.dtype)  # [G]
+    base = _OPMD_BASELINES[baseline](values, group, counts, tau)  # [G]
+    base = torch.where(counts > 1, base, torch.zeros_like(base))[group]  # [B]
+    return values - base
+
+
 def anchor_state_advantages(step_returns: Tensor, state_ids: Tensor, method: str) -> Tensor:
     """GiGPO's step-level advantages (Feng et al., 2025): ``[B]``.
 
@@ -293,6 +370,24 @@ def grpo_advantages(
     """
     values = normalized_scores[:, None].to(token_rewards.dtype).expand_as(token_rewards)  # [B, T]
     return torch.where(loss_mask.bool(), values, torch.zeros_like(values))
+
+
+@register_estimator("opmd")
+def opmd_spread(
+    normalized_scores: Tensor,
+    token_rewards: Tensor,
+    loss_mask: Tensor,
+    *,
+    gamma: float = 1.0,
+    baseline: bool = False,
+) -> Tensor:
+    """OPMD: the sample's advantage (:func:`opmd_advantages`, which the trainer has
+    applied to ``normalized_scores``) on each of its generated tokens, as ``grpo``.
+
+    Returns:
+        ``[B, T]`` advantages, 0 off the mask.
+    """
+    return grpo_advantages(normalized_scores, token_rewards, loss_mask)
 
 
 @register_estimator("reinforce")

@@ -18,6 +18,7 @@ from agentgym.trainers.advantages import (
     compute_advantages,
     finish_advantages,
     normalize_rewards,
+    opmd_advantages,
 )
 from agentgym.trainers.correction import correction_terms
 from agentgym.trainers.gae import gae_advantages
@@ -211,12 +212,15 @@ def reward_signal(
     """The ``[B]`` normalized scores and ``[B, T]`` token rewards the estimator reads.
 
     As docs/rewards.md lays out: GRPO folds the KL penalty into the score, the
-    other estimators subtract it per token; ``reward_normalization`` (plus
-    GiGPO's step term); then, with GAE or ROLL's reward keys
+    other estimators subtract it per token; ``reward_normalization`` (OPMD's
+    group baseline after it, :func:`opmd_advantages`; plus GiGPO's step term);
+    then, with GAE or ROLL's reward keys
     (:attr:`GRPOConfig.processes_rewards`), :func:`process_rewards`, which
     also applies ``reward_clip`` (else :func:`normalize_rewards` clamps the score).
     """
-    fold = penalty is not None and config.advantage.adv_estimator == "grpo"
+    # grpo and opmd read one score per sample: the KL penalty folds into it (Trinity's OPMD
+    # sums its token-level rewards, penalty included, into the score the same way)
+    fold = penalty is not None and config.advantage.adv_estimator in ("grpo", "opmd")
     scores = batch.scores - penalty.sum(1) if fold and penalty is not None else batch.scores
     processed = config.advantage.processes_rewards
     normalized = normalize_rewards(
@@ -227,6 +231,15 @@ def reward_signal(
         tags=batch.tags,
         reward_clip=None if processed else config.advantage.reward_clip,
     )  # [B]
+    if config.advantage.adv_estimator == "opmd":
+        normalized = opmd_advantages(
+            normalized,
+            baseline=config.advantage.opmd_baseline,
+            tau=config.advantage.opmd_baseline_tau,
+            grouping=config.advantage.grouping,
+            group_ids=batch.group_ids,
+            tags=batch.tags,
+        )  # [B]
     if step_advantages is not None:
         normalized = normalized + config.advantage.step_advantage_weight * step_advantages
     if not processed:

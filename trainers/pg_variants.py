@@ -1,4 +1,5 @@
-"""ROLL's agentic ``pg_variant`` policy losses, one pure function each.
+"""ROLL's agentic ``pg_variant`` policy losses (and Trinity-RFT's ``opmd``), one pure
+function each.
 
 ROLL's ``roll/pipeline/agentic/agentic_actor_pg_worker.py`` (``actor_train.worker_cls:
 ...agentic_actor_pg_worker.ActorWorker``) picks the per-token policy loss by
@@ -11,12 +12,16 @@ ppo        PPO-clip, with dual-clip (:func:`~agentgym.trainers.losses.policy_los
 tis        ``-sg(clip(r, tis_lower_bound, tis_upper_bound)) * A * lp``
 topr       ``-w * A * lp`` with ``w = topr_positive_weight`` on a sample whose score
            is ``> 0``, ``topr_negative_weight * sg(clip(r, 0, 1))`` otherwise
-           (Le Roux et al. 2025, arXiv:2503.14286, eq. 8)
+           (Le Roux et al. 2025, arXiv:2503.14286, eq. 8); with
+           ``topr_advantage_threshold`` set, per token by ``A > threshold``
+           instead (Trinity-RFT's ``topr``)
 cispo      ``-sg(clip(r, 1 - cispo_epsilon_low, 1 + cispo_epsilon_high)) * A * lp``;
            with ``cispo_use_unified_mask``, 0 where PPO's clip would stop the
            gradient (MiniMax-M1, arXiv:2506.13585, eq. 7)
 kimi15     ``-A * lp + kimi15_tau / 2 * (lp - lp_old) ** 2`` (Kimi k1.5,
            arXiv:2501.12599, eq. 3, per token as ROLL)
+opmd       ``-A * lp / (1 + opmd_tau)`` (Trinity-RFT's online policy mirror descent;
+           no ratio, no clip)
 =========  ==========================================================================
 
 Every function here has one signature: the ``[B, T]`` tensors of
@@ -241,6 +246,7 @@ def topr(
     *,
     topr_positive_weight: float,
     topr_negative_weight: float,
+    topr_advantage_threshold: float | None,
     **args: Unpack[VariantArgs],
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Tapered off-policy REINFORCE (:func:`~agentgym.trainers.loss_terms.topr_loss`).
@@ -250,9 +256,19 @@ def topr(
     ``-topr_negative_weight * sg(clip(r, 0, 1)) * A * logprobs``. ``scores``
     (``[B]``, each sample's episode score) is required: its sign picks the branch.
 
+    With ``topr_advantage_threshold`` set, the branch is picked per token by the
+    advantage instead, as Trinity-RFT's ``topr`` (its ``advantage_threshold``):
+    positive where ``A > threshold``, tapered where ``A <= threshold``; ``scores``
+    is then not read. The two agree when each row's advantage is its score and
+    the threshold is 0 (the paper's setting, ``A = R``); with a group baseline
+    they differ: a sample that scored above 0 but below its group's mean is
+    tapered by Trinity's rule and not by ROLL's.
+
     Args:
         topr_positive_weight: Weight of positive samples (``>= 0``; ROLL: 1.0).
         topr_negative_weight: Weight of negative samples (``>= 0``; ROLL: 1.0).
+        topr_advantage_threshold: None: split by ``scores`` (ROLL); a number: split
+            each token by its advantage (Trinity-RFT; its default 0.0).
         (the others): As :func:`vanilla`.
 
     Returns:
@@ -265,8 +281,11 @@ def topr(
             an unknown ``loss_agg_mode``.
     """
     scores = args.get("scores")
-    if scores is None:
-        raise ValueError("topr splits samples by their score: pass scores ([B] episode scores)")
+    if scores is None and topr_advantage_threshold is None:
+        raise ValueError(
+            "topr splits samples by their score: pass scores ([B] episode scores), or set "
+            "topr_advantage_threshold to split tokens by their advantage"
+        )
     for key, value in (
         ("topr_positive_weight", topr_positive_weight),
         ("topr_negative_weight", topr_negative_weight),
@@ -274,11 +293,18 @@ def topr(
         if not value >= 0:
             raise ValueError(f"{key} must be >= 0, got {value}")
     keep, log_ratio, ratio = _inputs(logprobs, old_logprobs, advantages, mask, args)
-    per_token = topr_loss(
-        logprobs, old_logprobs, advantages, scores, mask,
-        positive_weight=topr_positive_weight, negative_weight=topr_negative_weight,
-    )  # fmt: skip
-    positive = (scores > 0)[:, None].expand_as(keep)  # [B, T]
+    if topr_advantage_threshold is None:
+        assert scores is not None  # checked above
+        per_token = topr_loss(
+            logprobs, old_logprobs, advantages, scores, mask,
+            positive_weight=topr_positive_weight, negative_weight=topr_negative_weight,
+        )  # fmt: skip
+        positive = (scores > 0)[:, None].expand_as(keep)  # [B, T]
+    else:
+        positive = advantages > topr_advantage_threshold  # [B, T]
+        taper = torch.exp(log_ratio.clamp(max=0.0))  # [B, T], clip(r, 0, 1) without overflow
+        weight = torch.where(positive, topr_positive_weight, topr_negative_weight * taper)
+        per_token = _reinforce(weight, logprobs, advantages, keep)  # [B, T]
     tapered = ~positive & (ratio > 1)  # [B, T]
     count = args.get("num_tokens")
     with torch.no_grad():
@@ -381,6 +407,42 @@ def kimi15(
     return finish_policy_loss(per_token, mask, log_ratio, ratio, metrics, **_aggregation(args))
 
 
+def opmd(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    opmd_tau: float,
+    **args: Unpack[VariantArgs],
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Online policy mirror descent (Trinity-RFT's ``opmd`` policy_loss_fn):
+    ``-A * logprobs / (1 + opmd_tau)``.
+
+    No ratio and no clip: the ``1 / (1 + tau)`` scale is the mirror-descent step's
+    regularization toward the current policy (Trinity's ``tau``), and the group
+    baseline of the advantage (``adv_estimator: opmd``) does the rest.
+    ``old_logprobs`` feeds only the metrics.
+
+    Args:
+        opmd_tau: The regularization's weight (``>= 0``; Trinity: 1.0).
+        (the others): As :func:`vanilla`.
+
+    Returns:
+        ``(loss, metrics)``: the common metrics.
+
+    Raises:
+        ValueError: On a negative ``opmd_tau``, mismatched shapes or an unknown
+            ``loss_agg_mode``.
+    """
+    if not opmd_tau >= 0:
+        raise ValueError(f"opmd_tau must be >= 0, got {opmd_tau} (Trinity's default: 1.0)")
+    keep, log_ratio, ratio = _inputs(logprobs, old_logprobs, advantages, mask, args)
+    scale = torch.full_like(ratio, 1.0 / (1.0 + opmd_tau))  # [B, T]
+    per_token = _reinforce(scale, logprobs, advantages, keep)  # [B, T]
+    return finish_policy_loss(per_token, mask, log_ratio, ratio, {}, **_aggregation(args))
+
+
 PG_VARIANTS: dict[str, PgVariant] = {
     "vanilla": vanilla,
     "ppo": ppo,
@@ -388,5 +450,6 @@ PG_VARIANTS: dict[str, PgVariant] = {
     "topr": topr,
     "cispo": cispo,
     "kimi15": kimi15,
+    "opmd": opmd,
 }
 """``pg_variant`` → its loss (keys: :data:`agentgym.choices.PG_VARIANTS`)."""

@@ -45,12 +45,16 @@ class LossConfig:
     reads the fields :data:`~agentgym.choices.PG_VARIANT_KNOBS` names."""
     topr_positive_weight: float
     topr_negative_weight: float
+    topr_advantage_threshold: float | None
+    """None: ``topr`` splits by each sample's score (ROLL); a number: by each token's
+    advantage (Trinity-RFT's ``advantage_threshold``)."""
     tis_lower_bound: float
     tis_upper_bound: float
     cispo_epsilon_low: float
     cispo_epsilon_high: float
     cispo_use_unified_mask: bool
     kimi15_tau: float
+    opmd_tau: float
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,9 @@ class AdvantageConfig:
     grouping: str
     normalization: str
     drop_zero_variance_groups: bool
+    opmd_baseline: str
+    """``adv_estimator: opmd``'s group baseline: ``mean`` or ``logavgexp``."""
+    opmd_baseline_tau: float
     step_score: str
     step_advantage_weight: float
     step_gamma: float

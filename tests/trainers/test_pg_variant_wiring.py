@@ -28,6 +28,8 @@ AWAY = {
     "cispo_epsilon_high": 0.4,
     "cispo_use_unified_mask": True,
     "kimi15_tau": 0.7,
+    "topr_advantage_threshold": 0.5,
+    "opmd_tau": 0.5,
     "clip_ratio_low": 0.1,
     "clip_ratio_high": 0.3,
     "dual_clip_ratio_c": 3.0,

@@ -29,9 +29,14 @@ KNOBS: dict[str, dict[str, Any]] = {
     "vanilla": {},
     "ppo": {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "dual_clip_ratio_c": None},
     "tis": {"tis_lower_bound": 0.0, "tis_upper_bound": 1.0},
-    "topr": {"topr_positive_weight": 1.0, "topr_negative_weight": 1.0},
+    "topr": {
+        "topr_positive_weight": 1.0,
+        "topr_negative_weight": 1.0,
+        "topr_advantage_threshold": None,
+    },
     "cispo": {"cispo_epsilon_low": 0.1, "cispo_epsilon_high": 0.1, "cispo_use_unified_mask": False},
     "kimi15": {"kimi15_tau": 0.5},
+    "opmd": {"opmd_tau": 1.0},
 }  # ROLL's defaults, but kimi15's tau (0.1 there), larger to show in the hand values
 
 
@@ -169,6 +174,8 @@ def test_at_ratio_one_every_gradient_is_vanillas_times_its_weight(variant: str, 
     if variant == "topr":
         knobs = {"topr_positive_weight": 0.5, "topr_negative_weight": 3.0}
         weight = torch.where(scores[:, None] > 0, 0.5, 3.0)
+    if variant == "opmd":  # -A * lp / (1 + tau), tau = 1
+        weight = torch.full((4, 1), 0.5)
     _, grad, metrics = run(variant, *args, **{**knobs, **common})
     assert_close(grad, reference * weight)
     assert_close(metrics["ratio_mean"], torch.tensor(1.0))
@@ -271,7 +278,8 @@ def test_a_bad_knob_is_named(variant: str, knobs: dict[str, Any], match: str) ->
 def test_topr_needs_scores_and_shapes_must_match() -> None:
     with pytest.raises(ValueError, match="topr splits samples by their score: pass scores"):
         PG_VARIANTS["topr"](
-            LOGPROBS, OLD, ADVANTAGES, MASK, topr_positive_weight=1.0, topr_negative_weight=1.0
-        )
+            LOGPROBS, OLD, ADVANTAGES, MASK, topr_positive_weight=1.0, topr_negative_weight=1.0,
+            topr_advantage_threshold=None,
+        )  # fmt: skip
     with pytest.raises(ValueError, match=r"advantages must have the shape of logprobs \(1, 3\)"):
         run("cispo", advantages=torch.ones(1, 2))
