@@ -1,7 +1,7 @@
 """Trinity-RFT's OPMD (``adv_estimator: opmd``, ``pg_variant: opmd``) and TOPR's
 per-token advantage split (``topr_advantage_threshold``): hand-computed advantages,
 loss and gradient, the trainer's wiring, the config checks, and a 2-step run of the
-tiny model (trainers/pg_variants.py has the agreement with Trinity's own functions)."""
+tiny model (docs/training.md has the agreement with Trinity's own functions)."""
 
 from __future__ import annotations
 
