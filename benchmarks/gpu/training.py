@@ -1,0 +1,206 @@
+"""Train-step items: the Megatron strategy (TP=1 and the planner's layout) and the torch
+strategy, on the same random batch, timed as tokens/s and MFU against the measured peak.
+
+MFU counts model FLOPs only, as the planner does (``docs/plan.md``): per token,
+3 passes (forward, and backward twice the forward) of ``2 × parameters`` plus causal
+attention's ``2 × layers × q_size × seq_len``; recomputation adds work but not model
+FLOPs, so a layout that recomputes pays for it in MFU.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from agentgym.plan import Devices, Layout, ModelShape, Workload, search
+from agentgym.plan.memory import total_parameters
+from agentgym.trajectory import RolloutBatch
+
+from .runner import Context, Deadline, time_reps
+
+
+def step_flops(shape: ModelShape, samples: int, seq_len: int) -> float:
+    """Model FLOPs of one training step over ``samples × seq_len`` tokens."""
+    dense = 2 * total_parameters(shape)
+    attention = 2 * shape.num_layers * shape.q_size * seq_len
+    return samples * seq_len * 3 * (dense + attention)
+
+
+def random_batch(
+    samples: int, seq_len: int, vocab: int, device: str, seed: int = 0
+) -> RolloutBatch:
+    """``samples`` full rows of random ids; the second half of each is the response
+    (loss mask 1), with made-up old logprobs and per-row advantages."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(0, vocab, (samples, seq_len), generator=generator)  # [B, T]
+    ones = torch.ones(samples, seq_len, dtype=torch.long)  # [B, T]
+    loss_mask = torch.zeros_like(ones)
+    loss_mask[:, seq_len // 2 :] = 1
+    old = -torch.rand(samples, seq_len, generator=generator) * 3 * loss_mask  # [B, T]
+    batch = RolloutBatch(
+        input_ids=input_ids,
+        attention_mask=ones,
+        position_ids=torch.arange(seq_len).expand(samples, seq_len).contiguous(),
+        loss_mask=loss_mask,
+        engine_logprobs=old,
+        token_rewards=torch.zeros(samples, seq_len),
+        scores=torch.zeros(samples),
+        group_ids=torch.arange(samples) // 8,
+        tags=["bench"] * samples,
+    )
+    batch.old_logprobs = old
+    batch.advantages = (
+        torch.randn(samples, 1, generator=generator).expand(samples, seq_len) * loss_mask
+    )
+    batch.advantages = batch.advantages.contiguous()
+    from agentgym.trainers.strategies.torch_strategy import to_device
+
+    return to_device(batch, torch.device(device))
+
+
+def policy_loss(batch: RolloutBatch) -> Any:
+    """The recipe's default loss (PPO-clip, token-mean) with ``batch``'s counts."""
+    from agentgym.builders import default_grpo_config
+    from agentgym.trainers.objectives import PolicyLoss
+
+    mask = batch.loss_mask
+    return PolicyLoss(
+        default_grpo_config().loss,
+        num_tokens=mask.sum().clamp(min=1),
+        num_seqs=(mask.sum(1) > 0).sum().clamp(min=1),
+    )
+
+
+def planned_layout(ctx: Context, shape: ModelShape) -> tuple[Layout, int]:
+    """The planner's winner for this process's one device and the step's batch:
+    its memory, the measured peak and the planner's stated efficiency."""
+    s = ctx.settings
+    devices = Devices(
+        count=1,
+        memory_gib=ctx.device_memory_gib(),
+        per_node=1,
+        peak_tflops=ctx.peak_tflops or 989.0,
+    )
+    work = Workload(seq_len=s.seq_len, rollout_batch_size=s.samples, dtype=s.dtype)
+    kept = [plan for plan in search(shape, devices, work) if not plan.refused]
+    if not kept:
+        raise RuntimeError(f"the planner found no layout for {shape.name} on this device")
+    return kept[0].layout, kept[0].gradient_accumulation_steps
+
+
+def _measure_step(
+    ctx: Context,
+    deadline: Deadline,
+    shape: ModelShape,
+    build: Callable[[], Any],
+    micro_batch_size: int,
+) -> dict[str, float]:
+    s = ctx.settings
+    strategy = build()
+    batch = random_batch(s.samples, s.seq_len, shape.vocab_size, s.device)
+    parts = [
+        batch.rows(slice(i, i + micro_batch_size)) for i in range(0, s.samples, micro_batch_size)
+    ]
+    loss = policy_loss(batch)
+    grad_norms: list[float] = []
+
+    def step() -> None:
+        metrics = strategy.train_step(parts, loss)
+        grad_norms.append(metrics["grad_norm"].value)
+
+    seconds = time_reps(step, deadline, ctx.settings.max_reps, ctx.synchronize)
+    median = sorted(seconds)[len(seconds) // 2]
+    flops = step_flops(shape, s.samples, s.seq_len)
+    figures = {
+        "step_s": median,
+        "tokens_per_s": s.samples * s.seq_len / median,
+        "tflops": flops / median / 1e12,
+        "micro_batch_size": float(micro_batch_size),
+        "accumulation": float(len(parts)),
+        "reps": float(len(seconds)),
+        "grad_norm": grad_norms[-1],
+    }
+    if ctx.peak_tflops:
+        figures["mfu"] = figures["tflops"] / ctx.peak_tflops
+    return figures
+
+
+def _megatron(ctx: Context, deadline: Deadline, layout: Layout | None) -> dict[str, Any]:
+    from agentgym.trainers.strategies.megatron import build_megatron
+    from agentgym.trainers.strategies.optim import OptimizerConfig
+
+    s = ctx.settings
+    shape = ctx.shape(s.train_shape)
+    path = ctx.model(s.train_shape)
+    mbs = layout.micro_batch_size if layout else s.micro_batch_size
+    recompute = layout.recompute if layout else "none"
+    config = {
+        "tensor_model_parallel_size": layout.tp if layout else 1,
+        "pipeline_model_parallel_size": layout.pp if layout else 1,
+        "context_parallel_size": layout.cp if layout else 1,
+        "sequence_parallel": layout.sequence_parallel if layout else False,
+        "use_distributed_optimizer": layout.distributed_optimizer if layout else False,
+        "recompute_granularity": None if recompute == "none" else recompute,
+    }
+
+    def build() -> Any:
+        return build_megatron(
+            path,
+            config,
+            dtype=s.dtype,
+            optimizer=OptimizerConfig(learning_rate=1e-6),
+            micro_batch_size=mbs,
+        )
+
+    try:
+        figures: dict[str, Any] = _measure_step(ctx, deadline, shape, build, mbs)
+    finally:
+        _destroy_megatron_groups()
+    figures["layout"] = f"tp={config['tensor_model_parallel_size']} recompute={recompute} mbs={mbs}"
+    return figures
+
+
+def _destroy_megatron_groups() -> None:
+    try:
+        from megatron.core import parallel_state
+    except ImportError:
+        return
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    gc.collect()
+
+
+def megatron_tp1(ctx: Context, deadline: Deadline) -> dict[str, Any]:
+    """The Megatron strategy's step at TP=1, no recomputation, the suite's micro-batch."""
+    return _megatron(ctx, deadline, None)
+
+
+def megatron_planned(ctx: Context, deadline: Deadline) -> dict[str, Any]:
+    """The Megatron strategy's step at the layout ``agentgym plan`` ranks first for one
+    device of this card (memory, measured peak): micro-batch and recomputation."""
+    layout, _ = planned_layout(ctx, ctx.shape(ctx.settings.train_shape))
+    return _megatron(ctx, deadline, layout)
+
+
+def torch_step(ctx: Context, deadline: Deadline) -> dict[str, Any]:
+    """The torch strategy's step on the same shape, batch and micro-batches as TP=1."""
+    from agentgym.trainers.strategies.optim import OptimizerConfig
+    from agentgym.trainers.strategies.torch_strategy import TorchStrategy
+
+    s = ctx.settings
+    path = ctx.model(s.train_shape)
+
+    def build() -> Any:
+        return TorchStrategy(
+            path,
+            dtype=s.dtype,
+            device=s.device,
+            optimizer=OptimizerConfig(learning_rate=1e-6),
+            micro_batch_size=s.micro_batch_size,
+            attn_implementation="sdpa",
+        )
+
+    return _measure_step(ctx, deadline, ctx.shape(s.train_shape), build, s.micro_batch_size)

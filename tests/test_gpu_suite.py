@@ -1,0 +1,100 @@
+"""The GPU suite (``benchmarks/gpu``) runs end to end: ``python -m benchmarks.gpu --dry-run``
+on the CPU with tiny shapes gives every item a row with its figures, so the suite the
+first lent GPU machine runs has not rotted. No wall-clock time is asserted."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ITEMS = {
+    "peak": ["tflops"],
+    "megatron_tp1": ["tokens_per_s", "tflops", "mfu", "step_s", "grad_norm"],
+    "megatron_planned": ["tokens_per_s", "tflops", "mfu", "step_s", "grad_norm"],
+    "torch_step": ["tokens_per_s", "tflops", "mfu", "step_s", "grad_norm"],
+    "generation": ["tokens_per_s", "new_tokens"],
+    "weight_sync": ["sync_s", "pack_s", "transfer_s", "load_s", "megabytes", "buckets"],
+    "async_ratio": ["ratio0_step_s", "ratio1_step_s", "speedup"],
+}
+
+
+def test_dry_run_gives_every_item_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "suite.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu", "--dry-run", "--json", str(out),
+         "--work-dir", str(tmp_path / "work")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["dry_run"] is True
+    rows = {row["item"]: row for row in report["items"]}
+    assert list(rows) == ["models", *ITEMS]
+    for name, keys in ITEMS.items():
+        row = rows[name]
+        assert row["status"] == "ok", row["error"]
+        for key in keys:
+            value = row["figures"][key]
+            assert isinstance(value, float) and math.isfinite(value), (name, key, value)
+        assert row["figures"].get("reps", 1.0) >= 1.0
+    # the figures are the measurement's, not placeholders
+    assert rows["peak"]["figures"]["tflops"] > 0
+    sync = rows["weight_sync"]["figures"]
+    assert sync["max_abs_diff"] == 0.0  # the engine holds the trainer's weights
+    assert sync["buckets"] >= 2  # the tiny model (2.4 MB) in 1 MB buckets
+    assert sync["pack_s"] + sync["transfer_s"] + sync["load_s"] <= sync["sync_s"] * 1.5
+    generation = rows["generation"]["figures"]
+    settings = report["settings"]
+    assert generation["new_tokens"] == settings["gen_batch"] * settings["gen_new_tokens"]
+    tokens = settings["samples"] * settings["seq_len"]
+    for name in ("megatron_tp1", "megatron_planned", "torch_step"):
+        figures = rows[name]["figures"]
+        assert figures["tokens_per_s"] * figures["step_s"] == pytest.approx(tokens)
+        assert figures["grad_norm"] > 0  # the step trains: the loss has a gradient
+    assert "layout" in rows["megatron_planned"]["figures"]
+    # the table printed last names every item
+    for name in ITEMS:
+        assert f"| {name} | ok |" in done.stdout
+
+
+def test_an_unknown_item_is_refused_with_the_valid_names() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu", "--dry-run", "--only", "torch_stepp"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "did you mean ['torch_step']" in done.stderr
+
+
+def test_a_failing_item_records_its_error_and_the_suite_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    # imported by name: mypy maps benchmarks/gpu/ (no benchmarks/__init__.py) as ``gpu``
+    cli = importlib.import_module("benchmarks.gpu.cli")
+    settings = importlib.import_module("benchmarks.gpu.models").DRY
+    table = importlib.import_module("benchmarks.gpu.runner").table
+
+    def broken(ctx: object, deadline: object) -> dict[str, float]:
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setitem(cli.ITEMS, "broken", (broken, 0.5))
+    rows = cli.run_suite(["broken", "peak"], settings, 1.0, tmp_path)
+    assert [(row.item, row.status) for row in rows] == [
+        ("models", "ok"), ("broken", "error"), ("peak", "ok"),
+    ]  # fmt: skip
+    assert rows[1].error == "RuntimeError: CUDA out of memory (simulated)"
+    assert rows[2].figures["tflops"] > 0
+    printed = table(rows)
+    assert "| broken | error | RuntimeError: CUDA out of memory (simulated) |" in printed
+    # each item's budget is its weight's share of what is left of the minute
+    assert rows[1].budget_s == pytest.approx(
+        (60 - rows[0].seconds) * 0.5 / (0.5 + cli.ITEMS["peak"][1]), rel=0.05
+    )
