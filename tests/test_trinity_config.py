@@ -149,3 +149,25 @@ def test_agentgym_run_takes_the_file_itself() -> None:
     ]  # fmt: skip
     with pytest.raises(SystemExit):
         run_arguments(["--config", "nowhere.yaml"])
+
+
+def test_opmd_from_a_trinity_file_trains_two_steps(tmp_path: Path, tiny_model_dir: Path) -> None:
+    folder = gsm8k_folder(tmp_path, 8)  # 2 steps of 4 tasks; groups of one: OPMD's baseline 0
+    env = dict(os.environ) | {
+        "TRINITY_MODEL_PATH": str(tiny_model_dir),
+        "TRINITY_TASKSET_PATH": str(folder),
+        "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "checkpoints"),
+    }
+    output = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "agentgym.train", "--config-path", str(FILES),
+        "--config-name", "opmd", "generation=hf", f"output_dir={output}",
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    rows = [json.loads(line) for line in (output / "logs" / "metrics.jsonl").open()]
+    updates = [row for row in rows if "actor/grad_norm" in row]
+    assert [row["step"] for row in updates] == [1, 2]
+    assert all(row["actor/grad_norm"] > 0 and "actor/kl" in row for row in updates)
+    assert "pg_variant: opmd" in (output / "train_config.yaml").read_text()
+    assert "adv_estimator: opmd" in (output / "train_config.yaml").read_text()

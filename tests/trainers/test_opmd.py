@@ -5,12 +5,8 @@ tiny model (docs/training.md has the agreement with Trinity's own functions)."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -200,41 +196,5 @@ def test_config_checks_name_the_fix() -> None:
     )  # fmt: skip
 
 
-# Groups of one: OPMD's baseline is then 0 (Trinity's rule), so each advantage is the
-# score itself and the untrained model's equal scores still give a gradient.
-SMALL = [
-    "env=sokoban", "max_steps=2", "save_steps=100", "eval_steps=0", "max_turns=1",
-    "sequence_length=512", "generation=hf", "generation.max_new_tokens=4",
-    "train_env_manager.env_groups=4", "train_env_manager.group_size=1",
-    "rollout_mode=trajectory", "step_advantage_weight=0", "rollout_batch_size=4",
-    "val_batch_size=2", "val_env_manager.env_groups=2",
-    "actor_train.training_args.per_device_train_batch_size=4",
-    "actor_train.training_args.gradient_accumulation_steps=1",
-    "actor_train.training_args.learning_rate=1e-3", "drop_zero_variance_groups=false",
-    "model.warm_start=null",
-    # Trinity's algorithm_type: opmd, as our keys
-    "adv_estimator=opmd", "opmd_baseline=logavgexp", "opmd_baseline_tau=0.5",
-    "reward_normalization.method=identity", "pg_variant=opmd", "opmd_tau=1.0",
-    "use_kl_loss=true", "kl_penalty=mse", "kl_loss_coef=0.001",
-]  # fmt: skip
-
-
-def test_opmd_trains_the_tiny_model_two_steps(tmp_path: Path) -> None:
-    output = tmp_path / "run"
-    overrides = [*SMALL, f"model.cache_dir={tmp_path / 'cache'}", f"output_dir={output}"]
-    result = subprocess.run(
-        [sys.executable, "-m", "agentgym.train", *overrides],
-        capture_output=True, text=True, cwd=tmp_path,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-4000:]
-    steps: dict[int, dict[str, float]] = {}
-    for line in (output / "logs" / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        values = {k: v for k, v in record.items() if k.startswith("actor/")}
-        if values:
-            steps[record["step"]] = values
-    assert sorted(steps) == [1, 2]
-    for row in steps.values():
-        assert all(value == value for value in row.values())  # no NaN
-        assert row["actor/grad_norm"] > 0
-        assert "actor/kl" in row  # Trinity's OPMD default: a k2 KL loss
+# The 2-step tiny-model run from a Trinity file with algorithm_type: opmd is in
+# tests/test_trinity_config.py (test_opmd_from_a_trinity_file_trains_two_steps).
