@@ -42,6 +42,7 @@ from agentgym.trainers.strategies.megatron.weights import (
     shapes_of,
 )
 from agentgym.trainers.strategies.optim import OptimizerConfig
+from agentgym.trainers.strategies.torch_strategy import to_device
 from agentgym.trajectory import RolloutBatch
 
 
@@ -201,7 +202,7 @@ class MegatronStrategy:
         width = full.input_ids.shape[1]
 
         def step(data: Iterator[RolloutBatch], module: torch.nn.Module) -> Any:
-            part = next(data)
+            part = on_rank_device(next(data))
             output = self._forward(module, part)
 
             def finish(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
@@ -218,7 +219,7 @@ class MegatronStrategy:
             local = in_batch_order(torch.cat([r["logprobs"] for r in results]), order)
         merged = parallel.gather_results(local, mine, self.groups)  # [B_all, T]
         start = sum(len(share[0]) for share in shares[: self.groups.world_rank])
-        return merged[start : start + len(batch), : batch.input_ids.shape[1]]
+        return merged[start : start + len(batch), : batch.input_ids.shape[1]].cpu()
 
     def logprobs(self, batch: RolloutBatch, budget: TokenBudget | None = None) -> torch.Tensor:
         """``[B, T]`` log-probabilities of this rank's ``batch`` (0 on padding), no gradient;
@@ -285,7 +286,7 @@ class MegatronStrategy:
             )
 
         def step(data: Iterator[RolloutBatch], module: torch.nn.Module) -> Any:
-            part = next(data)
+            part = on_rank_device(next(data))
             output = self._forward(module, part)
 
             def finish(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
@@ -352,3 +353,12 @@ class MegatronStrategy:
         from agentgym.trainers.strategies.megatron.checkpoint import load
 
         load(self, directory)
+
+
+def on_rank_device(batch: RolloutBatch) -> RolloutBatch:
+    """``batch`` on this rank's device: its CUDA device where there is one (batches come
+    from the recipe on the CPU; megatron-core's model lives on the rank's GPU), else
+    unchanged (CPU mode)."""
+    if not torch.cuda.is_available():
+        return batch
+    return to_device(batch, torch.device("cuda", torch.cuda.current_device()))
