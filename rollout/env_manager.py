@@ -6,10 +6,17 @@ the experiment seed and a cursor that only moves forward, so a run resumed
 from a checkpoint (which stores :meth:`EnvManager.state_dict`) sees the same
 seeds it would have seen.
 
+An env that plays a task set in order asks for a task index (its class sets
+``uses_task_index = True``): each of its resets then also gets
+``options={"task_index": n}``, ``n`` numbering its tag's groups round after
+round from 0 (training: from the same checkpointed cursor; validation: from 0
+at every call), so consecutive groups play consecutive rows of its task set
+(docs/tasksets.md). The seed is the same either way.
+
 Envs live in this process (the default) or, given a cluster, on env workers
 (:mod:`agentgym.rollout.workers`): ``max_env_num_per_worker`` envs each,
-the workers placed round-robin over the cluster's nodes. Seeds, group ids
-and the order of episodes do not depend on where the envs live.
+the workers placed round-robin over the cluster's nodes. Seeds, task
+indices, group ids and the order of episodes do not depend on where the envs live.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from agentgym.rollout.workers import (
     EnvClient,
     EnvWorker,
     LocalEnv,
+    uses_task_index,
 )
 
 if TYPE_CHECKING:
@@ -72,6 +80,8 @@ class EnvSlot:
         tag: Its tag.
         group_index: Index of its group within the manager.
         index: Its index within the manager.
+        task_indexed: Whether the env asks for the reset option ``task_index``
+            (:func:`~agentgym.rollout.workers.uses_task_index`).
     """
 
     home: TextEnv | WorkerEnv
@@ -79,6 +89,7 @@ class EnvSlot:
     tag: str
     group_index: int
     index: int
+    task_indexed: bool = False
 
     @property
     def env(self) -> TextEnv:
@@ -103,11 +114,25 @@ class EnvSlot:
 
 @dataclass(frozen=True)
 class Assignment:
-    """An episode to run: which env, which seed, which group id."""
+    """An episode to run.
+
+    Attributes:
+        slot: Which env.
+        seed: The reset seed, shared by the group.
+        group_id: The group's id.
+        task_index: The group's task number, for an env that asks for one
+            (``slot.task_indexed``); None otherwise.
+    """
 
     slot: EnvSlot
     seed: int
     group_id: int
+    task_index: int | None = None
+
+    @property
+    def reset_options(self) -> dict[str, Any] | None:
+        """The reset's options: ``{"task_index": n}`` for an env that asks, else None."""
+        return None if self.task_index is None else {"task_index": self.task_index}
 
 
 def even_split(total: int, parts: int) -> list[int]:
@@ -127,8 +152,8 @@ class EnvManager:
         env_configs: Tag → :class:`EnvConfig` (or a ``{name, kwargs}`` mapping, as
             in a YAML config) for tags that are not plain env names.
         seed: The experiment seed.
-        fixed_seeds: Reuse the same seeds every round (validation) instead of
-            advancing the cursor (training).
+        fixed_seeds: Reuse the same seeds (and task indices, from 0) every call
+            (validation) instead of advancing the cursor (training).
         max_traj_per_env: Episodes each env runs per :meth:`assignments` call.
         format_penalty: Overrides every env's ``format_penalty`` when given.
         render_mode: Passed to envs that support it (``"rgb_array"`` to record frames).
@@ -141,6 +166,8 @@ class EnvManager:
             too, and :func:`~agentgym.rollout.loop.collect` keeps the first
             ``env_groups`` groups of each round's worth that complete. Extra
             group ``k`` plays tag ``tags`` of batch group ``k % env_groups``.
+            An extra group has a task index too; the rows of groups left out
+            of a batch are not played.
 
     Raises:
         ValueError: On an unknown tag, sizes below 1, ``n_groups`` that
@@ -218,23 +245,34 @@ class EnvManager:
             for _ in range(group_size):
                 builds.append(EnvBuild(config.name, kwargs, render_mode))
                 places.append((tag, group_index))
+        # a task-indexed env numbers its tag's groups: group k of the tag's n in a round
+        # is task round * n + k, so each tag's task set is read in order without gaps
+        self.tag_groups: dict[str, int] = {}
+        self.tag_ranks: list[int] = []
+        for tag in self.group_tags:
+            self.tag_ranks.append(self.tag_groups.get(tag, 0))
+            self.tag_groups[tag] = self.tag_ranks[-1] + 1
         self.workers: list[WorkerHandle] = []
         homes: Sequence[TextEnv | WorkerEnv]
+        flags: Sequence[bool]
         if cluster is None:
-            homes = [build.make() for build in builds]
+            local = [build.make() for build in builds]
+            homes = list(local)
+            flags = [uses_task_index(env) for env in local]
         else:
-            homes = self._spawn(cluster, builds, max_env_num_per_worker)
+            homes, flags = self._spawn(cluster, builds, max_env_num_per_worker)
         self.slots = [
-            EnvSlot(home, build.name, tag, group_index, index)
-            for index, (home, build, (tag, group_index)) in enumerate(
-                zip(homes, builds, places, strict=True)
+            EnvSlot(home, build.name, tag, group_index, index, flag)
+            for index, (home, build, (tag, group_index), flag) in enumerate(
+                zip(homes, builds, places, flags, strict=True)
             )
         ]
 
     def _spawn(
         self, cluster: Cluster, builds: Sequence[EnvBuild], per_worker: int | None
-    ) -> list[WorkerEnv]:
-        """Start the env workers (contiguous runs of envs) and return a client per env."""
+    ) -> tuple[list[WorkerEnv], list[bool]]:
+        """Start the env workers (contiguous runs of envs); return a client per env and
+        whether each env asks for a task index."""
         if per_worker is None:
             per_worker = math.ceil(len(builds) / cluster.num_nodes)
         registrations = _registrations({build.name for build in builds})
@@ -255,12 +293,14 @@ class EnvManager:
                     restarts=-1,
                 )
             )
-        clients = []
+        clients: list[WorkerEnv] = []
+        flags: list[bool] = []
         for handle in self.workers:  # waits for the envs to be built; raises their errors
             channel = WorkerChannel(handle, key)
             modes = handle.call_sync("render_modes")
             clients += [WorkerEnv(channel, index, mode) for index, mode in enumerate(modes)]
-        return clients
+            flags += handle.call_sync("task_index_flags")
+        return clients, flags
 
     @property
     def num_groups(self) -> int:
@@ -277,19 +317,29 @@ class EnvManager:
 
         Each of the ``max_traj_per_env`` rounds gives every group a fresh seed
         (or, with ``fixed_seeds``, the same seeds as every call) and a group id
-        unique across the batch and, for training, across the run.
+        unique across the batch and, for training, across the run. An env that
+        asks for a task index gets its group's: in round ``R`` of the run (of
+        the call, with ``fixed_seeds``), group ``k`` of its tag's ``n`` groups
+        is task ``R * n + k``.
         """
         first = 0 if self.fixed_seeds else self.cursor
         if not self.fixed_seeds:
             self.cursor += self.num_groups * self.max_traj_per_env
-        numbers = [
-            [first + r * self.num_groups + slot.group_index for r in range(self.max_traj_per_env)]
+        first_round = first // self.num_groups
+        return [
+            [
+                self._assignment(slot, first_round + r, first + r * self.num_groups)
+                for r in range(self.max_traj_per_env)
+            ]
             for slot in self.slots
         ]
-        return [
-            [Assignment(slot, self._seed(number), number) for number in slot_numbers]
-            for slot, slot_numbers in zip(self.slots, numbers, strict=True)
-        ]
+
+    def _assignment(self, slot: EnvSlot, round_number: int, round_start: int) -> Assignment:
+        number = round_start + slot.group_index
+        task_index = None
+        if slot.task_indexed:
+            task_index = round_number * self.tag_groups[slot.tag] + self.tag_ranks[slot.group_index]
+        return Assignment(slot, self._seed(number), number, task_index)
 
     def _seed(self, group_number: int) -> int:
         stream = 1 if self.fixed_seeds else 0
@@ -297,7 +347,7 @@ class EnvManager:
         return int(state[0] & 0x7FFFFFFF)
 
     def state_dict(self) -> dict[str, int]:
-        """The seed cursor, for checkpoints."""
+        """The seed cursor (it also places the task indices), for checkpoints."""
         return {"cursor": self.cursor}
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:

@@ -267,7 +267,11 @@ class EpisodeRunner:
             policy_version=self.policy_version,
         )
         try:
-            start = await self._env_call(env.reset(assignment.seed, frame=self._frames(env)))
+            start = await self._env_call(
+                env.reset(
+                    assignment.seed, options=assignment.reset_options, frame=self._frames(env)
+                )
+            )
         except Exception:
             trajectory.termination_reason = "env_error"
             trajectory.error = traceback.format_exc(limit=-8)

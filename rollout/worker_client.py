@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from agentgym.cluster import RpcTimeoutError, WorkerDiedError, WorkerHandle
@@ -193,8 +194,11 @@ class WorkerEnv:
         except (WorkerDiedError, RpcTimeoutError) as error:
             raise self._lost(error) from error
 
-    async def reset(self, seed: int, *, frame: bool = False) -> EnvReset:
-        """Reset on the worker, waiting for it while it restarts (nothing is lost yet).
+    async def reset(
+        self, seed: int, *, options: Mapping[str, Any] | None = None, frame: bool = False
+    ) -> EnvReset:
+        """Reset on the worker with ``seed`` and the reset ``options``, waiting for it
+        while it restarts (nothing is lost yet).
 
         Raises:
             EnvLostError: If the worker is not back within ``restart_wait`` seconds.
@@ -204,7 +208,7 @@ class WorkerEnv:
         while True:
             try:
                 self._incarnation, start = await self.channel.request(
-                    "reset", self.index, seed, frame
+                    "reset", self.index, seed, frame, options
                 )
                 return start
             except WorkerDiedError as error:  # Ray refuses calls while the actor restarts

@@ -19,6 +19,9 @@ A worker's process may die (killed, out of memory); Ray then restarts it,
 which builds its envs anew. Every reset names the worker's *incarnation*, so
 an episode that began before a restart is not continued on a fresh env: its
 next call raises :class:`EnvLostError`, and the loop ends it as an ``env_error``.
+
+Reset options (an env's ``task_index``, see :func:`uses_task_index`) travel with
+the reset, to whichever process holds the env.
 """
 
 from __future__ import annotations
@@ -51,6 +54,21 @@ and the worker idles while they all wait on the driver for their next turn; with
 (2 workers on 2 cores, 10 ms tool steps: 1.53× the in-process rollout with 5 ms,
 1.99× with 50 ms; ``benchmarks/README.md``). Envs that wait on I/O or a subprocess
 release the lock at once, as before."""
+
+
+TASK_INDEX_FLAG = "uses_task_index"
+"""The class attribute by which an env asks the env manager for a task index
+(``options={"task_index": n}`` at each reset; docs/tasksets.md)."""
+
+
+def uses_task_index(env: TextEnv) -> bool:
+    """Whether ``env`` asks to be reset with the reset option ``task_index``.
+
+    An env asks by setting the class attribute ``uses_task_index = True``; a plain
+    Gymnasium env behind :class:`~agentgym.envs.adapter.GymTextEnv` asks the same
+    way (the adapter hands its public attributes on).
+    """
+    return getattr(env, TASK_INDEX_FLAG, False) is True
 
 
 class EnvLostError(RuntimeError):
@@ -131,9 +149,14 @@ class EnvAnswer:
     value: Any
 
 
-def _reset(env: TextEnv, seed: int, frame: bool) -> EnvReset:
+def _reset(
+    env: TextEnv, seed: int, frame: bool, options: Mapping[str, Any] | None = None
+) -> EnvReset:
     tools = list(env.tools)
-    observation, info = env.reset(seed=seed)
+    if options is None:
+        observation, info = env.reset(seed=seed)
+    else:
+        observation, info = env.reset(seed=seed, options=dict(options))
     picture = env.render() if frame and env.render_mode == "rgb_array" else None
     return EnvReset(observation, info, env.instructions, tools, picture)
 
@@ -152,8 +175,11 @@ class EnvClient(Protocol):
         """The env's render mode (None when it renders text only)."""
         ...
 
-    async def reset(self, seed: int, *, frame: bool = False) -> EnvReset:
-        """Start an episode with ``seed``; ``frame`` also renders an ``rgb_array`` frame."""
+    async def reset(
+        self, seed: int, *, options: Mapping[str, Any] | None = None, frame: bool = False
+    ) -> EnvReset:
+        """Start an episode with ``seed`` and the reset ``options`` (None: none);
+        ``frame`` also renders an ``rgb_array`` frame."""
         ...
 
     async def step(self, text: str, *, frame: bool = False) -> EnvStep:
@@ -197,9 +223,11 @@ class LocalEnv:
     async def _run(self, function: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
 
-    async def reset(self, seed: int, *, frame: bool = False) -> EnvReset:
+    async def reset(
+        self, seed: int, *, options: Mapping[str, Any] | None = None, frame: bool = False
+    ) -> EnvReset:
         """Reset in the thread pool."""
-        return await self._run(_reset, self.env, seed, frame)
+        return await self._run(_reset, self.env, seed, frame, options)
 
     async def step(self, text: str, *, frame: bool = False) -> EnvStep:
         """Step in the thread pool."""
@@ -279,6 +307,10 @@ class EnvWorker:
         """Each env's render mode."""
         return [env.render_mode for env in self.envs]
 
+    def task_index_flags(self) -> list[bool]:
+        """Whether each env asks for the reset option ``task_index`` (:func:`uses_task_index`)."""
+        return [uses_task_index(env) for env in self.envs]
+
     def pid(self) -> int:
         """The worker's process id."""
         return os.getpid()
@@ -290,9 +322,16 @@ class EnvWorker:
                 "its envs were built anew"
             )
 
-    def reset(self, index: int, seed: int, frame: bool = False) -> tuple[str, EnvReset]:
-        """Reset env ``index``; returns this worker's incarnation and the start."""
-        return self.incarnation, _reset(self.envs[index], seed, frame)
+    def reset(
+        self,
+        index: int,
+        seed: int,
+        frame: bool = False,
+        options: Mapping[str, Any] | None = None,
+    ) -> tuple[str, EnvReset]:
+        """Reset env ``index`` with ``seed`` and the reset ``options``; returns this
+        worker's incarnation and the start."""
+        return self.incarnation, _reset(self.envs[index], seed, frame, options)
 
     def step(self, index: int, incarnation: str, text: str, frame: bool = False) -> EnvStep:
         """Step env ``index`` with the model's text.

@@ -32,9 +32,13 @@ class MathWorkflowEnv(TextEnv):
     the format) and ``success`` is an accurate answer, so the two terms are
     logged apart; ``info`` holds both (``accuracy``, ``format_score``).
 
-    The reset seed picks the task: task ``seed % len(tasks)`` of the task set
-    (its rows in file order, wrapping over epochs; docs/tasksets.md), or the
-    reset option ``task_index``.
+    The reset option ``task_index`` picks the task: task ``i`` is row
+    ``i % len`` of the task set, in file order, of epoch ``i // len``. The env
+    asks the env manager for it (``uses_task_index``), which numbers the groups
+    of a run 0, 1, 2, ... (validation's from 0 each time), so training reads
+    the set in order, epoch after epoch, and resumes at the exact task
+    (docs/tasksets.md). Reset without the option, the seed picks the task:
+    ``seed % len(tasks)``.
 
     Args:
         taskset: Trinity's taskset keys (``path``, ``subset_name``, ``split``,
@@ -50,6 +54,7 @@ class MathWorkflowEnv(TextEnv):
     """
 
     generator_version: ClassVar[int | None] = GENERATOR_VERSION
+    uses_task_index: ClassVar[bool] = True
 
     def __init__(
         self,
