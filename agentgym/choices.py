@@ -43,7 +43,10 @@ LOSS_AGG_MODES = (
 KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl", "full")
 """``kl_penalty``: the KL estimator (``k1``, ``k2``, ``k3`` are accepted aliases)."""
 
-PG_VARIANTS = ("vanilla", "ppo", "tis", "topr", "cispo", "kimi15", "opmd")
+ROLL_PG_VARIANTS = ("vanilla", "ppo", "tis", "topr", "cispo", "kimi15")
+"""ROLL's ``pg_variant`` values (its ``agentic_actor_pg_worker``)."""
+
+PG_VARIANTS = (*ROLL_PG_VARIANTS, "opmd")
 """``pg_variant``: ROLL's agentic policy losses (``agentic_actor_pg_worker``) and
 Trinity-RFT's ``opmd``."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgym.choices import PG_VARIANTS
+from agentgym.choices import ROLL_PG_VARIANTS
 from agentgym.errors import ConfigError, check_choice
 
 PG_WORKER = "roll.pipeline.agentic.agentic_actor_pg_worker.ActorWorker"
@@ -114,7 +114,7 @@ def _pg_worker(data: dict[str, Any], notes: list[str]) -> None:
             f"{[PG_WORKER, *DEFAULT_WORKERS]} (the pg worker's loss is picked by pg_variant)"
         )
     variant = knobs.pop("pg_variant", None) or "vanilla"
-    data["pg_variant"] = check_choice("actor_train.pg_variant", variant, PG_VARIANTS)
+    data["pg_variant"] = check_choice("actor_train.pg_variant", variant, ROLL_PG_VARIANTS)
     data.update(knobs)
     moved = ", ".join(f"{key}={value}" for key, value in knobs.items())
     notes.append(
