@@ -87,10 +87,12 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
     last_line = time.monotonic()
     try:
         loaded = _first_weights(parts, loop, log)
+        idle_from = time.perf_counter()  # waits for admission and weights count from here
         while True:
             if _due(parts.eval_steps, loaded.version, validated):
                 validated.add(loaded.version)
                 _validate(parts, loop, loaded.version)
+                idle_from = time.perf_counter()  # validating is not waiting
             last = parts.weights.finished()
             if last is not None:  # the last version is published before this mark
                 loaded = _load_newer(parts, loop, loaded, log)
@@ -152,7 +154,9 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
             metrics["explore/groups_per_second"] = written / max(seconds, 1e-9)
             metrics["explore/policy_version"] = float(loaded.version)
             metrics["time/explore_batch"] = seconds
+            metrics["time/explorer_wait"] = started - idle_from
             parts.tracker.log(metrics, batches)
+            idle_from = time.perf_counter()
             if parts.schedule.explorer_syncs(played, synced_after):
                 newer = _sync(parts, loop, loaded, log)
                 if newer is not loaded:

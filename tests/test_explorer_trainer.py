@@ -128,6 +128,8 @@ def test_explorer_and_trainer_started_in_either_order(
         if "explore/policy_version" in row
     }
     assert played <= versions and 0 in played
+    batches = [row for row in explored.values() if "explore/policy_version" in row]
+    assert all(row["time/explorer_wait"] >= 0 for row in batches)
     validated = {step for step, row in explored.items() if "val/all/success" in row}
     assert {0, 3} <= validated and validated & {2, 3}  # version 2 or the next one loaded
 
