@@ -1,5 +1,8 @@
 """Every example command of the docs runs, shortened to a step or two, and does
 what its text says: the ``bash`` blocks of README.md and of the pages in docs/.
+A command that names no engine runs on the HF engine, except the main one
+(``env=sokoban``), which keeps the default vLLM: vLLM's start and stop cost about
+20 s a command on this CPU, and the engine is tested on its own in tests/rollout/.
 (The commands of docs/envs.md's "Your own envs" need the docs' plugin packages:
 tests/envs/test_docs.py runs those.) A command shown on two pages runs once."""
 
@@ -75,6 +78,18 @@ def docs_commands() -> list[str]:
 
 COMMANDS = docs_commands()
 SERVER = next(c for c in COMMANDS if "-m vllm.entrypoints" in c)
+MAIN = "python -m agentgym.train env=sokoban"  # runs with the default engine as written
+
+
+def on_hf(words: list[str], command: str) -> list[str]:
+    """``words`` with ``generation=hf`` where the command names no engine (and is not MAIN)."""
+    if (
+        command == MAIN
+        or "--config-path" in words
+        or any(w.startswith(("generation=", "agent=")) for w in words)
+    ):
+        return words
+    return [*words, "generation=hf"]
 
 
 def split(command: str) -> tuple[dict[str, str], list[str]]:
@@ -155,6 +170,8 @@ def test_docs_command(
         command = command.replace("http://127.0.0.1:8000", request.getfixturevalue("server"))
     words = localized(command, tiny_model_dir, run_dir, tmp_path)
     module = words[2]
+    if module in ("agentgym.train", "agentgym.eval"):
+        words = on_hf(words, command)
     stdin = ""
     if module == "agentgym.play":
         stdin = ":q\n"
@@ -189,4 +206,5 @@ def test_each_page_with_examples_is_read() -> None:
              "async.md", "benchmarks.md", "coming_from.md")  # fmt: skip
     assert all(found[name] for name in pages), {name: found[name] for name in pages}
     assert "python -m agentgym.play sokoban --seed 3" in COMMANDS
+    assert MAIN in COMMANDS  # the one training command left on the default engine
     assert not any("coin" in command for command in COMMANDS)  # tests/envs/test_docs.py's
