@@ -33,6 +33,26 @@ _SENTINEL_SPLIT = re.compile("\x00agentgym-assistant-(\\d+)\x00")
 # insist on alternating roles or on a leading system message render it as
 # they would mid-conversation.
 _BASE = [{"role": "user", "content": "."}]
+_MEMO_SIZE = 512
+"""Conversations remembered by :meth:`ChatTokenizer.first_segment` and
+:meth:`ChatTokenizer.check`: the members of a group open alike (same seed, same
+first observation) and often answer alike, so each is rendered once a group."""
+
+
+class _Memo(dict[Any, Any]):
+    """A dict that forgets its oldest entry beyond :data:`_MEMO_SIZE` entries."""
+
+    def remember(self, key: Any, value: Any) -> Any:
+        if len(self) >= _MEMO_SIZE:
+            del self[next(iter(self))]
+        self[key] = value
+        return value
+
+
+def _conversation_key(
+    messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None
+) -> str:
+    return json.dumps([list(messages), list(tools or ())], sort_keys=True, default=str)
 
 
 class PrefixDriftError(RuntimeError):
@@ -110,6 +130,8 @@ class ChatTokenizer:
             if isinstance(value, str)
         }
         self._backend = tokenizer.backend_tokenizer
+        self._first_segments = _Memo()
+        self._checks = _Memo()
 
     # -- text ---------------------------------------------------------------------
 
@@ -187,8 +209,14 @@ class ChatTokenizer:
     def first_segment(
         self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None
     ) -> list[int]:
-        """Ids of the opening messages (system prompt, first observation) and generation prompt."""
-        return self.encode(self.render(messages, tools=tools, add_generation_prompt=True))
+        """Ids of the opening messages (system prompt, first observation) and generation
+        prompt (a group's members share one render)."""
+        key = _conversation_key(messages, tools)
+        found = self._first_segments.get(key)
+        if found is None:
+            ids = self.encode(self.render(messages, tools=tools, add_generation_prompt=True))
+            found = self._first_segments.remember(key, tuple(ids))
+        return list(found)
 
     def next_segment(
         self,
@@ -226,8 +254,27 @@ class ChatTokenizer:
         """Compare ``ids`` with the tokenizer's own full render of ``messages``.
 
         ``ids`` must end with the last response. The render uses
-        ``tokenizer.apply_chat_template``, independent of the fast path.
+        ``tokenizer.apply_chat_template``, independent of the fast path. A
+        conversation checked before (same messages, responses and ids) is not
+        rendered again.
         """
+        key = (
+            _conversation_key(messages, tools),
+            tuple(sorted((i, tuple(r)) for i, r in responses.items())),
+            tuple(ids),
+        )
+        found = self._checks.get(key)
+        if found is None:
+            found = self._checks.remember(key, self._check(messages, responses, ids, tools))
+        return found
+
+    def _check(
+        self,
+        messages: Sequence[Message],
+        responses: Mapping[int, Sequence[int]],
+        ids: Sequence[int],
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> PrefixCheck:
 
         def reference(msgs: Sequence[Message], tls: Any, gen: bool) -> str:
             return str(

@@ -98,6 +98,20 @@ class RolloutResult:
     metrics: dict[str, float]
 
 
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def env_pool(workers: int) -> ThreadPoolExecutor:
+    """The process's thread pool of ``workers`` threads for in-process env calls,
+    started once and kept: starting 16 threads a batch cost more than the rollout's
+    own bookkeeping of a batch of single-turn episodes. A call still queued when the
+    episode awaiting it is cancelled is cancelled with it (asyncio chains the two)."""
+    pool = _POOLS.get(workers)
+    if pool is None:
+        pool = _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="agentgym-env")
+    return pool
+
+
 async def collect(
     manager: EnvManager,
     backend: GenerationBackend,
@@ -128,7 +142,7 @@ async def collect(
     """
     stop = tuple(sorted(set(config.sampling.stop_token_ids) | chat.end_of_turn_ids))
     config = replace(config, sampling=replace(config.sampling, stop_token_ids=stop))
-    pool = ThreadPoolExecutor(max_workers=config.env_workers, thread_name_prefix="agentgym-env")
+    pool = env_pool(config.env_workers)
     lockstep = Lockstep(backend, len(manager.slots)) if config.generate_opt_level == 0 else None
     backend = lockstep or backend
     runner = EpisodeRunner(backend, chat, config, policy_version)
@@ -155,31 +169,28 @@ async def collect(
         return finished
 
     assignments = manager.assignments()
-    try:
-        if closer is None:
-            per_env = await asyncio.gather(
-                *(
-                    run_env(episodes, env)
-                    for episodes, env in zip(assignments, manager.clients(pool), strict=True)
-                )
-            )
-            trajectories = [t for env_trajectories in per_env for t in env_trajectories]
-        else:
-            tasks = [
-                asyncio.ensure_future(run_env(episodes, env))
+    if closer is None:
+        per_env = await asyncio.gather(
+            *(
+                run_env(episodes, env)
                 for episodes, env in zip(assignments, manager.clients(pool), strict=True)
-            ]
-            try:
-                await _until(complete, tasks)
-            finally:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                # an env call runs to its end, so the next reset does not race a step
-                await asyncio.gather(*runner.env_calls, return_exceptions=True)
-            trajectories = closer.batch()
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+            )
+        )
+        trajectories = [t for env_trajectories in per_env for t in env_trajectories]
+    else:
+        tasks = [
+            asyncio.ensure_future(run_env(episodes, env))
+            for episodes, env in zip(assignments, manager.clients(pool), strict=True)
+        ]
+        try:
+            await _until(complete, tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            # an env call runs to its end, so the next reset does not race a step
+            await asyncio.gather(*runner.env_calls, return_exceptions=True)
+        trajectories = closer.batch()
     trajectories.sort(key=lambda t: (t.group_id, t.env_index))
     metrics = rollout_metrics(trajectories)
     if closer is not None:
