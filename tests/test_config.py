@@ -155,13 +155,13 @@ def test_roll_spellings_work() -> None:
     assert config.validation.temperature == 0.7  # validation samples like the policy
     assert config.actor_train.model_args.dtype == "bfloat16"
     assert config.train_env_manager.env_groups == 4
-    from agentgym.builders import grpo_config
+    from agentgym.recipe_settings import grpo_config
 
     assert grpo_config(config).loss.dual_clip_ratio_c == pytest.approx(1.4)  # ROLL: 1 + 2 × pg_clip
 
 
 def test_issue_19_keys_work_together() -> None:
-    from agentgym.builders import grpo_config
+    from agentgym.recipe_settings import grpo_config
 
     config = validate(
         composed(
@@ -409,7 +409,7 @@ def test_the_library_defaults_are_the_schemas() -> None:
     # settings gets the algorithm of `python -m agentgym.train`.
     import inspect
 
-    from agentgym.builders import default_grpo_config, grpo_config
+    from agentgym.recipe_settings import default_grpo_config, grpo_config
     from agentgym.rollout.backends.base import SamplingParams
     from agentgym.rollout.loop import RolloutConfig
     from agentgym.trainers.strategies.torch_strategy import TorchStrategy

@@ -63,7 +63,7 @@ def random_batch(
 
 def policy_loss(batch: RolloutBatch) -> Any:
     """The recipe's default loss (PPO-clip, token-mean) with ``batch``'s counts."""
-    from agentgym.builders import default_grpo_config
+    from agentgym.recipe_settings import default_grpo_config
     from agentgym.trainers.objectives import PolicyLoss
 
     mask = batch.loss_mask

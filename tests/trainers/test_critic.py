@@ -12,7 +12,7 @@ from typing import cast
 import pytest
 import torch
 
-from agentgym.builders import default_grpo_config
+from agentgym.recipe_settings import default_grpo_config
 from agentgym.trainers.grpo import TrainParts, kl_controller
 from agentgym.trainers.objectives import ValueLoss
 from agentgym.trainers.rewards import RunningMoments

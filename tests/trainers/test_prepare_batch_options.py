@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from agentgym.builders import default_grpo_config
+from agentgym.recipe_settings import default_grpo_config
 from agentgym.trainers.batch_prep import prepare_batch
 from agentgym.trainers.grpo import GRPOConfig, TrainParts, kl_controller
 from agentgym.trainers.rewards import RunningMoments
