@@ -157,15 +157,13 @@ UNBUILT_MODES = {
 }
 """Trinity-RFT's other modes, with what to use instead."""
 
-BUFFER_STORAGE = ("sql", "queue")
+BUFFER_STORAGE = ("sql", "queue", "file")
 """``buffer.storage_type``: the experience buffer's storage: a SQLite file (WAL mode) that
-every process opens, or one that the job's Ray actor serves (no shared filesystem)."""
+every process opens, one that the job's Ray actor serves (no shared filesystem), or
+``sql`` plus a JSONL copy of every group stored (``file``, for inspection)."""
 
-UNBUILT_BUFFER_STORAGE = {
-    "file": "buffer.storage_type=file (JSONL) is not built; use sql (a SQLite file every "
-    "process reaches) or queue (a Ray actor's)",
-}
-"""Trinity-RFT's other storage types, with what to use instead."""
+UNBUILT_BUFFER_STORAGE: dict[str, str] = {}
+"""Trinity-RFT's other storage types, with what to use instead (none left)."""
 
 SYNC_METHODS = ("checkpoint", "memory")
 """``synchronizer.sync_method``: how explorers get the trainer's weights: versioned

@@ -35,13 +35,24 @@ def job_name(config: TrainConfig) -> str:
 def experience_buffer(config: TrainConfig) -> JobBuffer:
     """The job's experience buffer: a SQLite file (``buffer.path``, else
     ``<job>/buffer.sqlite``) that this process opens (``storage_type: sql``) or that
-    the job's Ray actor serves (``queue``; the path is then on the actor's node)."""
-    path = Path(config.buffer.path or job_dir(config) / "buffer.sqlite").expanduser().absolute()
-    if config.buffer.storage_type == "queue":
+    the job's Ray actor serves (``queue``; the path is then on the actor's node);
+    ``file``: ``sql`` plus a JSONL copy of every group stored, for inspection
+    (``buffer.path`` names the JSONL file or a folder for ``experiences.jsonl``,
+    default the job folder; the database sits beside it as ``.sqlite``)."""
+    storage, given = config.buffer.storage_type, config.buffer.path
+    copy_to = None
+    if storage == "file":
+        target = Path(given).expanduser() if given else job_dir(config)
+        if target.suffix != ".jsonl":  # a folder (as Trinity-RFT's file paths are)
+            target = target / "experiences.jsonl"
+        copy_to = target.absolute()
+        given = str(copy_to.with_suffix(".sqlite"))
+    path = Path(given or job_dir(config) / "buffer.sqlite").expanduser().absolute()
+    if storage == "queue":
         from agentgym.rollout.ray_job import RayExperienceBuffer
 
         return RayExperienceBuffer(job_name(config), path, address=config.ray_address)
-    return ExperienceBuffer(path)
+    return ExperienceBuffer(path, copy_to=copy_to)
 
 
 def weight_channel(config: TrainConfig) -> WeightChannel:

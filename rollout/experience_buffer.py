@@ -31,6 +31,7 @@ among its turns, and a SHA-256 checksum of its bytes. What it guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import pickle
@@ -140,10 +141,18 @@ class ExperienceBuffer:
     Args:
         path: The database file.
         timeout: Seconds a write waits for another process's lock.
+        copy_to: A JSONL file that gets one line per group stored (``storage_type:
+            file``), for inspection: the group's keys, checksum and trajectories
+            (frames left out). Appended after the group's transaction commits, so
+            an explorer killed between the two leaves those groups out of it; the
+            database stays the record the trainer reads.
     """
 
-    def __init__(self, path: str | Path, *, timeout: float = 60.0) -> None:
+    def __init__(
+        self, path: str | Path, *, timeout: float = 60.0, copy_to: str | Path | None = None
+    ) -> None:
         self.path = Path(path)
+        self.copy_to = None if copy_to is None else Path(copy_to)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # one connection per process, used by one thread at a time (the shutdown's
         # closing thread included)
@@ -291,9 +300,10 @@ class ExperienceBuffer:
                 )
             if len(groups) != count:
                 raise ValueError(f"{len(groups)} groups for {count} reserved slots")
-            new = 0
+            new, stored = 0, []
             for offset, members in enumerate(groups):
                 payload = pickle.dumps(list(members), protocol=pickle.HIGHEST_PROTOCOL)
+                checksum = hashlib.sha256(payload).hexdigest()
                 inserted = db.execute(
                     "INSERT OR IGNORE INTO groups (slot, explorer, seq, group_id, min_version, "
                     "payload, checksum, written_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -304,16 +314,36 @@ class ExperienceBuffer:
                         members[0].group_id,
                         min(t.policy_version for t in members),
                         payload,
-                        hashlib.sha256(payload).hexdigest(),
+                        checksum,
                         now,
                     ),
                 )
                 new += inserted.rowcount
+                if inserted.rowcount:
+                    stored.append((int(start) + offset, seq + offset, checksum, members))
             db.execute(
                 "UPDATE explorers SET cursor = ?, next_seq = ?, written = written + ?, "
                 "slot_start = NULL, slot_count = 0, last_heard = ? WHERE name = ?",
                 (json.dumps(cursor), seq + len(groups), new, now, name),
             )
+        if self.copy_to is not None and stored:
+            lines = [
+                json.dumps(
+                    {
+                        "explorer": name,
+                        "seq": number,
+                        "slot": slot,
+                        "group_id": members[0].group_id,
+                        "min_version": min(t.policy_version for t in members),
+                        "checksum": checksum,
+                        "written_at": now,
+                        "trajectories": [_plain(t) for t in members],
+                    }
+                )
+                for slot, number, checksum, members in stored
+            ]
+            with self.copy_to.open("a") as handle:
+                handle.write("".join(line + "\n" for line in lines))
         return new
 
     def revoke(self, name: str) -> int:
@@ -459,6 +489,11 @@ def _record(row: tuple[Any, ...]) -> ExplorerRecord:
         reserved=int(reserved),
         last_heard=float(last_heard),
     )
+
+
+def _plain(trajectory: Trajectory) -> dict[str, Any]:
+    """A trajectory as JSON-ready values, its rendered frames left out."""
+    return {k: v for k, v in dataclasses.asdict(trajectory).items() if k != "frames"}
 
 
 def _load(row: tuple[Any, ...]) -> list[Trajectory]:

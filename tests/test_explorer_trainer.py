@@ -195,13 +195,31 @@ def test_a_trainer_without_explorers_fails_naming_them(tmp_path: Path, cache: Pa
         ("mode=serve", "use mode=explore"),
         ("synchronizer.sync_method=nccl", "needs GPUs and is not built; use checkpoint"),
         ("synchronizer.sync_method=online", "nccl needs GPUs"),  # Trinity's alias
-        ("buffer.storage_type=file", "not built; use sql"),
+        ("buffer.storage_type=jsonl", r"not one of \['sql', 'queue', 'file'\]"),
         ("mode=expolre", r"not one of \['both', 'explore', 'train', 'bench'"),
     ],
 )
 def test_modes_and_methods_not_built_fail_at_the_config_check(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         validate(composed(override))
+
+
+def test_file_storage_is_the_sql_store_with_a_jsonl_copy_in_the_job_folder(
+    tmp_path: Path,
+) -> None:
+    from agentgym.job import experience_buffer, job_dir
+
+    config = validate(composed("buffer.storage_type=file", f"checkpoint_root_dir={tmp_path}"))
+    buffer = experience_buffer(config)
+    assert isinstance(buffer, ExperienceBuffer)
+    assert buffer.copy_to == job_dir(config).absolute() / "experiences.jsonl"
+    assert buffer.path == buffer.copy_to.with_suffix(".sqlite")
+    named = validate(
+        composed("buffer.storage_type=file", f"buffer.path={tmp_path / 'out' / 'exp.jsonl'}")
+    )
+    assert experience_buffer(named).path == tmp_path / "out" / "exp.sqlite"
+    folder = validate(composed("buffer.storage_type=file", f"buffer.path={tmp_path / 'exps'}"))
+    assert experience_buffer(folder).path == tmp_path / "exps" / "experiences.sqlite"
 
 
 def test_a_second_explorer_joins_mid_run_and_leaves_without_stopping_the_trainer(

@@ -71,6 +71,31 @@ def test_a_rewritten_group_is_ignored_and_the_cursor_is_kept(tmp_path: Path) -> 
     assert buffer.counts()["ready"] == 2
 
 
+def test_file_storage_copies_each_stored_group_once_as_a_json_line(tmp_path: Path) -> None:
+    import json
+
+    buffer = ExperienceBuffer(tmp_path / "b.sqlite", copy_to=tmp_path / "b.jsonl")
+    buffer.join("e")
+    members = group(0, version=3)
+    members[0].frames = [b"a frame"]  # not JSON: left out of the copy
+    put(buffer, "e", [members, group(1, version=4)], cursor=2)
+    with sqlite3.connect(tmp_path / "b.sqlite") as db:
+        db.execute("UPDATE explorers SET next_seq = 0")  # a replay of seq 0 and 1 ...
+    put(buffer, "e", [group(0), group(1)], cursor=2)  # ... stored, and copied, once
+    lines = [json.loads(line) for line in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert [(r["explorer"], r["seq"], r["group_id"], r["min_version"]) for r in lines] == [
+        ("e", 0, 0, 3),
+        ("e", 1, 1, 4),
+    ]
+    assert [t["env_index"] for t in lines[0]["trajectories"]] == [0, 1]
+    assert "frames" not in lines[0]["trajectories"][0]
+    leased = buffer.lease(1, 2)  # the trainer reads the database, as with sql
+    assert leased is not None and [g[0].group_id for g in leased] == [0, 1]
+    with sqlite3.connect(tmp_path / "b.sqlite") as db:
+        checksums = [row[0] for row in db.execute("SELECT checksum FROM groups ORDER BY slot")]
+    assert checksums == [r["checksum"] for r in lines]
+
+
 def test_recover_settles_leases_by_the_checkpoint_step(tmp_path: Path) -> None:
     buffer = ExperienceBuffer(tmp_path / "b.sqlite")
     buffer.join("e")
