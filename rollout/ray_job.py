@@ -11,7 +11,8 @@ memory``).
   group twice (its second attempt is told the slots are gone, and the explorer plays
   on from its cursor), a repeated lease returns the step's groups.
 * :class:`MemoryChannel`: the newest published weights in a named, detached actor's
-  memory (Trinity's ``memory`` sync keeps them in its synchronizer actor). A
+  memory, moved in weight buckets (Trinity's ``memory`` sync keeps them in its
+  synchronizer actor). A
   restarted weights actor holds nothing until the trainer's next publication;
   explorers keep the weights they loaded meanwhile. The trainer's "finished" mark
   lives there too.
@@ -31,6 +32,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentgym.errors import ConfigError
+from agentgym.rollout.backends.buckets import (
+    DEFAULT_BUCKET_BYTES,
+    WeightBucket,
+    chunk_weights,
+    pack_bucket,
+)
 from agentgym.rollout.experience_buffer import ExperienceBuffer, ExplorerRecord
 from agentgym.rollout.published_weights import Published, WeightsGoneError
 from agentgym.trajectory import Trajectory
@@ -202,16 +209,29 @@ class RayExperienceBuffer:
 
 
 class WeightsActor:
-    """The newest published weights of a job, and its trainer's "finished" mark."""
+    """The newest published weights of a job, as weight buckets, and its trainer's
+    "finished" mark. A publication arrives bucket by bucket (:meth:`put`) and takes
+    effect whole (:meth:`store`); explorers read it bucket by bucket."""
 
     def __init__(self) -> None:
         self.entry: Published | None = None
-        self.tensors: dict[str, Any] = {}
+        self.buckets: list[WeightBucket] = []
+        self.pending: dict[str, dict[int, WeightBucket]] = {}
         self.last: int | None = None
 
-    def store(self, entry: Published, tensors: dict[str, Any]) -> None:
-        """``tensors`` are the weights of ``entry``."""
-        self.entry, self.tensors = entry, tensors
+    def put(self, key: str, bucket: WeightBucket) -> None:
+        """One bucket of the publication ``key`` (a repeated call replaces it)."""
+        self.pending.setdefault(key, {})[bucket.index] = bucket
+
+    def store(self, entry: Published, count: int) -> bool:
+        """The ``count`` buckets put under ``entry.key`` are the weights of ``entry``;
+        False when some are missing (the actor restarted meanwhile)."""
+        buckets = self.pending.pop(entry.key, {})
+        self.pending.clear()  # an earlier publication's leftovers
+        if sorted(buckets) != list(range(count)):
+            return False
+        self.entry, self.buckets = entry, [buckets[i] for i in range(count)]
+        return True
 
     def point(self, entry: Published) -> bool:
         """``entry`` holds the stored weights; False when none are stored (restarted)."""
@@ -224,9 +244,19 @@ class WeightsActor:
         """The newest entry."""
         return self.entry
 
-    def weights(self, key: str) -> dict[str, Any] | None:
-        """The stored weights, if they are still those of ``key``."""
-        return self.tensors if self.entry is not None and self.entry.key == key else None
+    def layout(self, key: str) -> tuple[int, list[str]] | None:
+        """The bucket count of the stored weights, if they are still those of ``key``,
+        and the names that a later name aliases (tied weights sent once)."""
+        if self.entry is None or self.entry.key != key:
+            return None
+        targets = {alias_of for bucket in self.buckets for _, alias_of in bucket.aliases()}
+        return len(self.buckets), sorted(targets)
+
+    def bucket(self, key: str, index: int) -> WeightBucket | None:
+        """Bucket ``index`` of the stored weights, if they are still those of ``key``."""
+        if self.entry is None or self.entry.key != key:
+            return None
+        return self.buckets[index]
 
     def finish(self, version: int) -> None:
         """The trainer published its last version."""
@@ -238,16 +268,23 @@ class WeightsActor:
 
 
 class MemoryChannel:
-    """``synchronizer.sync_method: memory``: the job's weights in a Ray actor.
+    """``synchronizer.sync_method: memory``: the job's weights in a Ray actor, moved in
+    buckets of about ``bucket_bytes`` (packed ``uint8`` arrays, which Ray's object
+    store carries without pickling their bytes): no call carries the whole model,
+    and an explorer loads each bucket as it arrives.
 
     Args:
         job: The job's name (``project/name``): the actor is ``<job>:weights``.
         address: The Ray cluster (``ray_address``; None: ``RAY_ADDRESS``).
+        bucket_bytes: Bytes per bucket.
     """
 
-    def __init__(self, job: str, *, address: str | None = None) -> None:
+    def __init__(
+        self, job: str, *, address: str | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    ) -> None:
         self._ray = connect(address)
         self.actor = _actor(self._ray, WeightsActor, f"{job}:weights")
+        self.bucket_bytes = bucket_bytes
 
     def latest(self) -> Published | None:
         """The newest published version (None: nothing, or the actor restarted)."""
@@ -255,22 +292,48 @@ class MemoryChannel:
         return entry
 
     def read(self, published: Published) -> Iterator[tuple[str, torch.Tensor]]:
-        """The tensors of ``published``.
+        """The tensors of ``published``, bucket by bucket (read-only views: copy them).
 
         Raises:
             WeightsGoneError: When a newer version replaced them meanwhile.
         """
-        tensors = self._ray.get(self.actor.weights.remote(published.key))
-        if tensors is None:
-            raise WeightsGoneError(f"version {published.version}'s weights were replaced")
-        yield from tensors.items()
+        gone = WeightsGoneError(f"version {published.version}'s weights were replaced")
+        layout = self._ray.get(self.actor.layout.remote(published.key))
+        if layout is None:
+            raise gone
+        count, targets = layout
+        kept: dict[str, torch.Tensor] = {}
+        for index in range(count):
+            bucket = self._ray.get(self.actor.bucket.remote(published.key, index))
+            if bucket is None:
+                raise gone
+            for name, tensor in bucket.tensors():
+                if name in targets:
+                    kept[name] = tensor
+                yield name, tensor
+            for name, alias_of in bucket.aliases():
+                yield name, kept[alias_of]
 
     def store(
         self, version: int, tensors: Mapping[str, torch.Tensor], groups_per_step: int
     ) -> None:
-        """Publish ``tensors`` as version ``version``."""
+        """Publish ``tensors`` as version ``version``, one bucket per call.
+
+        Raises:
+            RuntimeError: When the actor lost the buckets twice (restarted while they
+                were sent).
+        """
         entry = Published(version, f"v{version}", groups_per_step)
-        self._ray.get(self.actor.store.remote(entry, dict(tensors)))
+        for _ in range(2):
+            count = 0
+            for count, entries in enumerate(
+                chunk_weights(tensors.items(), self.bucket_bytes), start=1
+            ):
+                bucket = pack_bucket(count - 1, entries)
+                self._ray.get(self.actor.put.remote(entry.key, bucket))
+            if self._ray.get(self.actor.store.remote(entry, count)):
+                return
+        raise RuntimeError(f"the weights actor lost version {version}'s buckets twice")
 
     def point(self, version: int, groups_per_step: int) -> None:
         """Publish ``version`` with the stored weights (none after the actor restarted:
