@@ -24,6 +24,8 @@ from agentgym.errors import ConfigError, did_you_mean
 from agentgym.formats.fit import fit_to_machine
 from agentgym.formats.roll import from_roll, interpolated_keys, is_roll_config
 from agentgym.formats.trinity import trinity_arguments
+from agentgym.plan.auto import planned, strategy_block, wants_plan
+from agentgym.plan.command import table
 from agentgym.schema import OPEN_MAPPINGS, TrainConfig, known_paths, validate
 
 CONFIG_GROUPS = ("env", "model", "generation", "strategy", "tracker")
@@ -112,6 +114,16 @@ def check(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any]]:
         if fitting.changes:
             print(fitting.table(), flush=True)
         resolved = fitting.config
+    if wants_plan(resolved):  # actor_train.strategy_args.strategy_config=auto
+        resolved, plans = planned(resolved)
+        print(table(plans, 5), flush=True)
+        print(
+            "strategy_config=auto: the first row ("
+            + ", ".join(f"{k}={v}" for k, v in strategy_block(plans[0]).items())
+            + f", micro-batch {plans[0].layout.micro_batch_size}, accumulation "
+            f"{plans[0].gradient_accumulation_steps})",
+            flush=True,
+        )
     return validate(resolved), resolved
 
 

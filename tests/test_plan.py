@@ -232,3 +232,54 @@ def test_command_prints_the_table_and_roll_keys(capsys: pytest.CaptureFixture[st
             ]
         )
     assert exit_info.value.code == 1
+
+
+def test_strategy_config_auto_applies_the_winner_and_keeps_the_mini_batch(
+    tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from omegaconf import OmegaConf
+
+    from agentgym.config_checks import data_parallel_size
+    from agentgym.plan.auto import planned
+    from agentgym.schema import validate
+    from agentgym.train import check
+    from tests.test_config import composed
+    from tests.test_data_parallel import TRAJECTORIES
+
+    overrides = (
+        *TRAJECTORIES,
+        f"pretrain={tiny_model_dir}",
+        "distributed=ray",
+        "num_gpus_per_node=0",
+        "++actor_train.device_mapping=[0,1,2,3]",
+        "strategy=megatron",
+    )
+    resolved, plans = planned(composed(*overrides, "strategy.strategy_config=auto"))
+    block = resolved["actor_train"]["strategy_args"]["strategy_config"]
+    assert block == resolved["strategy"]["strategy_config"]  # both places that said auto
+    winner = plans[0]
+    assert block["tensor_model_parallel_size"] == winner.layout.tp
+    config = validate(resolved)
+    args = config.actor_train.training_args
+    # the mini-batch the config asked for: 4 per device × 2 accumulated × 4 ranks
+    mini = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    assert mini * data_parallel_size(config) == 32
+    # the same through the entry point's check, from the spelling
+    cfg = OmegaConf.create(composed(*overrides, "actor_train.strategy_args.strategy_config=auto"))
+    checked, _ = check(cfg)
+    assert checked.actor_train.strategy_args.strategy_config == block
+    assert "strategy_config=auto: the first row (tensor_model_parallel_size=" in (
+        capsys.readouterr().out
+    )
+
+
+def test_strategy_config_auto_needs_megatron_and_a_layout_that_fits(tiny_model_dir: Path) -> None:
+    from agentgym.errors import ConfigError
+    from agentgym.plan.auto import planned
+    from tests.test_config import composed
+
+    auto = ("actor_train.strategy_args.strategy_config=auto", f"pretrain={tiny_model_dir}")
+    with pytest.raises(ConfigError, match="plans Megatron layouts; the strategy is 'torch'"):
+        planned(composed(*auto))
+    with pytest.raises(ConfigError, match=r"no layout of \S+ fits"):
+        planned(composed(*auto, "strategy=megatron", "sequence_length=2000000000"))

@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from agentgym.plan.auto import strategy_block
 from agentgym.plan.memory import DTYPE_BYTES
 from agentgym.plan.search import Devices, Plan, Workload, search
 from agentgym.plan.shapes import SHAPES, load_shape
@@ -22,14 +23,9 @@ def roll_yaml(plan: Plan) -> str:
         "  strategy_args:",
         "    strategy_name: megatron_train",
         "    strategy_config:",
-        f"      tensor_model_parallel_size: {lay.tp}",
-        f"      pipeline_model_parallel_size: {lay.pp}",
-        f"      context_parallel_size: {lay.cp}",
-        f"      sequence_parallel: {str(lay.sequence_parallel).lower()}",
-        f"      use_distributed_optimizer: {str(lay.distributed_optimizer).lower()}",
     ]
-    if lay.recompute != "none":
-        lines.append(f"      recompute_granularity: {lay.recompute}")
+    for key, value in strategy_block(plan).items():
+        lines.append(f"      {key}: {str(value).lower() if isinstance(value, bool) else value}")
     return "\n".join(lines) + "\n"
 
 
