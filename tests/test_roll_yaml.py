@@ -168,6 +168,13 @@ def test_gpu_placement_is_fitted_to_one_cpu_process() -> None:
     assert fit_to_machine(from_roll(roll_config(*GPUS)).config, gpu).changes == []
 
 
+def test_a_roll_file_with_strategy_config_auto_is_left_to_the_planner() -> None:
+    auto = (*GPUS[:6], "+actor_train.strategy_args.strategy_config=auto")
+    fitting = fit_to_machine(from_roll(roll_config(*auto)).config, CPU)
+    assert fitting.config["actor_train"]["strategy_args"]["strategy_config"] == "auto"
+    assert not any("strategy_config" in c.key for c in fitting.changes)
+
+
 def test_fit_to_machine_false_turns_each_change_into_an_error() -> None:
     config = from_roll(roll_config(*GPUS, "++fit_to_machine=false")).config
     with pytest.raises(ConfigError, match=r"fit_to_machine=false.*num_gpus_per_node=8 \(torch"):

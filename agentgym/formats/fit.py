@@ -180,6 +180,8 @@ def _one_megatron_rank(
             )
         )
         return
+    if config == "auto":  # the planner fits the layout to this process's one rank
+        return
     for key, value in ONE_RANK.items():
         one = 1 if value is None else value
         if config.get(key, value) not in (value, one):
