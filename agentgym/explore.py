@@ -101,13 +101,14 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
                 log(f"explorer {parts.name}: the trainer finished at version {last}")
                 return batches
             groups = parts.train_manager.batch_groups
-            if not parts.buffer.reserve(
+            granted = parts.buffer.reserve(
                 parts.name,
                 groups,
                 version=loaded.version,
                 ratio=parts.ratio,
                 batch=loaded.groups_per_step,
-            ):  # the staleness bound: only a newer version lets this explorer go on
+            )
+            if not granted:  # the staleness bound: only a newer version lets this explorer on
                 if parts.schedule.style == "explorer_driven":
                     parts.buffer.request_sync(parts.name, loaded.version)
                 newer = _load_newer(parts, loop, loaded, log)
@@ -137,10 +138,16 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
                     ),
                 )
             )
+            played_groups = _groups(result.trajectories)
+            if granted < len(played_groups):  # the bound had room for fewer (reserve)
+                log(
+                    f"explorer {parts.name}: the staleness bound had room for {granted} of "
+                    f"{len(played_groups)} groups; the others are discarded"
+                )
             try:
                 written = parts.buffer.write(
                     parts.name,
-                    _groups(result.trajectories),
+                    played_groups[:granted],
                     cursor=dict(parts.train_manager.state_dict()),
                 )
             except ReservationRevokedError as error:
@@ -151,6 +158,7 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
             seconds = time.perf_counter() - started
             metrics = {f"train/{key}": value for key, value in result.metrics.items()}
             metrics["explore/groups_written"] = float(written)
+            metrics["explore/groups_discarded"] = float(len(played_groups) - granted)
             metrics["explore/groups_per_second"] = written / max(seconds, 1e-9)
             metrics["explore/policy_version"] = float(loaded.version)
             metrics["time/explore_batch"] = seconds

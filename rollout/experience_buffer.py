@@ -153,6 +153,8 @@ class ExperienceBuffer:
     ) -> None:
         self.path = Path(path)
         self.copy_to = None if copy_to is None else Path(copy_to)
+        self._short_since: dict[str, float] = {}
+        """Explorer → when it first found room for part of its batch only (reserve)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # one connection per process, used by one thread at a time (the shutdown's
         # closing thread included)
@@ -232,7 +234,7 @@ class ExperienceBuffer:
         (void,) = self._db.execute("SELECT COUNT(*) FROM void_slots").fetchone()
         return int(next_slot) - int(void)
 
-    def reserve(self, name: str, groups: int, *, version: int, ratio: float, batch: int) -> bool:
+    def reserve(self, name: str, groups: int, *, version: int, ratio: float, batch: int) -> int:
         """Reserve the next ``groups`` slots for explorer ``name`` to play with weights
         ``version`` (none while it holds a reservation), if the slots handed out stay
         within ``staleness_bound(ratio, version, batch)``; whether it did.
@@ -244,6 +246,16 @@ class ExperienceBuffer:
         ``batch`` a step, so a slot reserved at ``version`` is trained by a step that
         updates a version at most ``ceil(ratio)`` newer (the rule of
         :class:`~agentgym.rollout.async_rollout.AdmissionControl`, counted in groups).
+
+        Returns:
+            The slots reserved: ``groups``, none (0: wait for a newer version), or
+            fewer than ``groups`` when the bound has left room for fewer, and no more,
+            for :data:`WAITER_SECONDS` of this explorer's asking. Explorers whose
+            batches differ in size (or whose slots were given up) can leave the
+            handed-out slots short of a step by fewer groups than any batch, and the
+            trainer needs that step to publish the version that would admit a whole
+            batch; the explorer then plays its batch and writes only the groups it
+            reserved, the rest discarded.
         """
         bound = staleness_bound(ratio, version, batch)
         now = time.time()
@@ -252,7 +264,7 @@ class ExperienceBuffer:
                 "SELECT slot_count, waiting_since FROM explorers WHERE name = ?", (name,)
             ).fetchone()
             if held:
-                return True  # a restarted explorer's batch: its slots are still its own
+                return int(held)  # a restarted explorer's batch: its slots are still its own
             (next_slot,) = db.execute("SELECT next_slot FROM slots").fetchone()
             (void,) = db.execute("SELECT COUNT(*) FROM void_slots").fetchone()
             (earlier,) = db.execute(  # first come, first served among live explorers
@@ -260,17 +272,26 @@ class ExperienceBuffer:
                 "AND waiting_since < ? AND last_heard > ?",
                 (name, now if waiting is None else waiting, now - WAITER_SECONDS),
             ).fetchone()
-            if next_slot - void + groups > bound or earlier:
+            room = bound - (next_slot - void)
+            granted = groups if room >= groups else 0
+            if 0 < room < groups:  # room for part of a batch: wait for another explorer ...
+                short = self._short_since.setdefault(name, now)
+                if now - short >= WAITER_SECONDS:
+                    granted = room  # ... to fill it, or for a while take it
+            else:
+                self._short_since.pop(name, None)
+            if not granted or earlier:
                 if waiting is None:
                     db.execute("UPDATE explorers SET waiting_since = ? WHERE name = ?", (now, name))
-                return False
-            db.execute("UPDATE slots SET next_slot = ?", (next_slot + groups,))
+                return 0
+            self._short_since.pop(name, None)
+            db.execute("UPDATE slots SET next_slot = ?", (next_slot + granted,))
             db.execute(
                 "UPDATE explorers SET slot_start = ?, slot_count = ?, waiting_since = NULL, "
                 "last_heard = ? WHERE name = ?",
-                (next_slot, groups, now, name),
+                (next_slot, granted, now, name),
             )
-        return True
+        return granted
 
     def write(
         self, name: str, groups: Sequence[Sequence[Trajectory]], *, cursor: dict[str, Any]

@@ -165,9 +165,9 @@ class RayExperienceBuffer:
         """:meth:`ExperienceBuffer.handed_out`."""
         return int(self._call("handed_out"))
 
-    def reserve(self, name: str, groups: int, *, version: int, ratio: float, batch: int) -> bool:
+    def reserve(self, name: str, groups: int, *, version: int, ratio: float, batch: int) -> int:
         """:meth:`ExperienceBuffer.reserve`."""
-        return bool(self._call("reserve", name, groups, version=version, ratio=ratio, batch=batch))
+        return int(self._call("reserve", name, groups, version=version, ratio=ratio, batch=batch))
 
     def write(
         self, name: str, groups: Sequence[Sequence[Trajectory]], *, cursor: dict[str, Any]

@@ -145,6 +145,35 @@ def test_explorers_waiting_for_slots_are_served_first_come_first_served(
     assert buffer.reserve("a", 1, version=1, ratio=0, batch=2)
 
 
+def test_room_for_part_of_a_batch_is_granted_after_a_while_so_the_trainer_is_not_starved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An explorer of 1 group a batch wrote 3 and left: the trainer (2 groups a step)
+    needs a 4th for the step that would admit a whole batch of the other explorer (2
+    groups). The bound leaves room for 1: after WAITER_SECONDS it is granted, and
+    the explorer writes 1 of its 2 groups (the CI deadlock of 2026-11-26)."""
+    from agentgym.rollout import experience_buffer
+
+    clock = [1000.0]
+    monkeypatch.setattr(experience_buffer.time, "time", lambda: clock[0])
+    buffer = ExperienceBuffer(tmp_path / "b.sqlite")
+    buffer.join("small")
+    buffer.join("big")
+    for seq in range(3):
+        assert buffer.reserve("small", 1, version=1, ratio=0, batch=2) == 1
+        buffer.write("small", [group(seq)], cursor={})
+    # version 1, ratio 0: 4 slots may be handed out; 3 are
+    assert buffer.reserve("big", 2, version=1, ratio=0, batch=2) == 0
+    clock[0] += experience_buffer.WAITER_SECONDS - 1
+    assert buffer.reserve("big", 2, version=1, ratio=0, batch=2) == 0  # the small may fill it
+    clock[0] += 1
+    assert buffer.reserve("big", 2, version=1, ratio=0, batch=2) == 1
+    assert buffer.reserve("big", 2, version=1, ratio=0, batch=2) == 1  # held: the same slot
+    buffer.write("big", [group(10)], cursor={})
+    steps = [buffer.lease(step, 2) for step in (1, 2)]
+    assert [[g[0].group_id for g in leased or []] for leased in steps] == [[0, 1], [2, 10]]
+
+
 def test_the_trainer_takes_slots_in_admission_order_not_finishing_order(tmp_path: Path) -> None:
     buffer = ExperienceBuffer(tmp_path / "b.sqlite")
     buffer.join("slow")
