@@ -14,7 +14,10 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -161,14 +164,20 @@ def localized(command: str, tiny_model_dir: Path, run_dir: Path, tmp_path: Path)
     return words
 
 
-@pytest.mark.parametrize("command", [c for c in COMMANDS if c != SERVER])
-def test_docs_command(
-    command: str, tmp_path: Path, tiny_model_dir: Path, request: pytest.FixtureRequest
-) -> None:
-    run_dir = request.getfixturevalue("run_dir") if "RUN" in command else tmp_path
-    if "generation=openai" in command:
-        command = command.replace("http://127.0.0.1:8000", request.getfixturevalue("server"))
-    words = localized(command, tiny_model_dir, run_dir, tmp_path)
+@dataclass(frozen=True)
+class Played:
+    """A command as run: its folder, its words, its stdout, and why it failed (None: it
+    exited 0)."""
+
+    folder: Path
+    words: list[str]
+    stdout: str
+    failure: str | None
+
+
+def play(command: str, folder: Path, tiny_model_dir: Path, run_dir: Path) -> Played:
+    """Run ``command`` (placeholders filled, shortened) in ``folder``."""
+    words = localized(command, tiny_model_dir, run_dir, folder)
     module = words[2]
     if module in ("agentgym.train", "agentgym.eval"):
         words = on_hf(words, command)
@@ -176,26 +185,70 @@ def test_docs_command(
     if module == "agentgym.play":
         stdin = ":q\n"
     elif module == "agentgym.eval":
-        words.append(f"hydra.run.dir={tmp_path / 'eval'}")
+        words.append(f"hydra.run.dir={folder / 'eval'}")
     elif module == "agentgym.train" and "--config-path" not in words:
-        words = shortened(words, tmp_path)  # a --config-path file brings its own sizes
+        words = shortened(words, folder)  # a --config-path file brings its own sizes
         if "resume_from_checkpoint=true" in words:  # the run it continues comes first
             first = [w for w in words if w != "resume_from_checkpoint=true"]
             first = [w if not w.startswith("max_steps=") else "max_steps=1" for w in first]
-            done = subprocess.run(first, capture_output=True, text=True, cwd=tmp_path)
-            assert done.returncode == 0, done.stderr[-3000:]
-    result = subprocess.run(words, capture_output=True, text=True, cwd=tmp_path, input=stdin)
-    assert result.returncode == 0, f"{' '.join(words)}\n{result.stderr[-3000:]}"
+            done = subprocess.run(first, capture_output=True, text=True, cwd=folder)
+            if done.returncode != 0:
+                return Played(folder, first, done.stdout, done.stderr[-3000:])
+    result = subprocess.run(words, capture_output=True, text=True, cwd=folder, input=stdin)
+    failure = f"{' '.join(words)}\n{result.stderr[-3000:]}" if result.returncode else None
+    return Played(folder, words, result.stdout, failure)
+
+
+ALONE = [c for c in COMMANDS if c != SERVER and "RUN" not in c and "generation=openai" not in c]
+"""The commands that need neither a training run nor the server: played ahead, two at
+a time."""
+
+
+@pytest.fixture(scope="module")
+def played(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Played]:
+    """Every command of :data:`ALONE`, two at a time (separate processes, each mostly
+    one core's Python), each in a folder of its own."""
+    root = tmp_path_factory.mktemp("docs-commands")
+    folders = {command: root / str(i) for i, command in enumerate(ALONE)}
+    for folder in folders.values():
+        folder.mkdir()
+    one_ray = threading.Lock()  # two local Ray clusters starting at once may collide
+
+    def one(command: str) -> Played:
+        if "distributed=ray" not in command:
+            return play(command, folders[command], tiny_model_dir, folders[command])
+        with one_ray:
+            return play(command, folders[command], tiny_model_dir, folders[command])
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {command: pool.submit(one, command) for command in ALONE}
+        return {command: future.result() for command, future in futures.items()}
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c != SERVER])
+def test_docs_command(
+    command: str, tmp_path: Path, tiny_model_dir: Path, request: pytest.FixtureRequest
+) -> None:
+    if command in ALONE:
+        outcome: Played = request.getfixturevalue("played")[command]
+    else:
+        run_dir = request.getfixturevalue("run_dir") if "RUN" in command else tmp_path
+        written = command
+        if "generation=openai" in command:
+            written = command.replace("http://127.0.0.1:8000", request.getfixturevalue("server"))
+        outcome = play(written, tmp_path, tiny_model_dir, run_dir)
+    assert outcome.failure is None, outcome.failure
+    module = outcome.words[2]
     if module == "agentgym.eval":
-        report = json.loads((tmp_path / "eval" / "eval.json").read_text())
+        report = json.loads((outcome.folder / "eval" / "eval.json").read_text())
         assert report["metrics"]["all/failed"] == 0
         solver = "agent=solver" in command or not re.search(r"agent=|model\.path=", command)
         if solver:
             assert report["metrics"]["all/success"] == 1.0  # the solver solves every room
     if module == "agentgym.train":
-        assert "validation success: " in result.stdout
-        if "resume_from_checkpoint=true" in words:
-            assert "resumed from " in result.stdout
+        assert "validation success: " in outcome.stdout
+        if "resume_from_checkpoint=true" in command:
+            assert "resumed from " in outcome.stdout
 
 
 def test_each_page_with_examples_is_read() -> None:

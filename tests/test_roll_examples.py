@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -156,18 +157,47 @@ def test_a_file_that_cannot_train_yet_stops_before_model_work_naming_why(
     assert str(error.value) == EXPECTED[name]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n, error in EXPECTED.items() if error is TRAINS])
-def test_a_file_trains_two_steps(name: str, tmp_path: Path, tiny_model_dir: Path) -> None:
-    out = tmp_path / "run"
-    overrides = shrink(composed(name), out, tiny_model_dir)
+TRAINING = [n for n, error in EXPECTED.items() if error is TRAINS]
+
+
+def train_file(name: str, root: Path, overrides: list[str]) -> tuple[Path, str | None]:
+    """Train ``name`` two steps in ``root`` with ``overrides`` (:func:`shrink`'s); its
+    output folder and, on failure, stderr."""
+    root.mkdir(parents=True)
+    out = root / "run"
     path = EXAMPLES / name
     result = run_python(
         ["-m", "agentgym.train", "--config-path", str(path.parent), "--config-name", path.stem,
          *overrides],
-        cwd=tmp_path,
+        cwd=root,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-4000:]
+    return out, (None if result.returncode == 0 else result.stderr[-4000:])
+
+
+@pytest.fixture(scope="module")
+def trained(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Path, str | None]]:
+    """Every file that trains, two runs at a time (each is a separate process; most
+    of a run is one core's Python, so two share the machine's two cores well)."""
+    root = tmp_path_factory.mktemp("roll-examples")
+    overrides = {  # composed here: Hydra's global state is not for threads
+        name: shrink(composed(name), root / f"{i}" / "run", tiny_model_dir)
+        for i, name in enumerate(TRAINING)
+    }
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {
+            name: pool.submit(train_file, name, root / f"{i}", overrides[name])
+            for i, name in enumerate(TRAINING)
+        }
+        return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TRAINING)
+def test_a_file_trains_two_steps(name: str, trained: dict[str, tuple[Path, str | None]]) -> None:
+    out, failure = trained[name]
+    assert failure is None, failure
     lines = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").open()]
     assert {line["step"] for line in lines if "train/all/trajectories" in line} == {1, 2}
     assert [line["step"] for line in lines if "actor/loss" in line] == [1, 2]  # both updated

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -52,27 +53,47 @@ TWO_STEPS = [
 ]
 
 
+def train_env(
+    env: str, root: Path, model_cache: Path, plugin_site: Path
+) -> tuple[Path, str | None]:
+    """``python -m agentgym.train env=<env>`` two steps in ``root``: its output folder
+    and, on failure, stderr."""
+    root.mkdir(parents=True)
+    output = root / "run"
+    overrides = [f"env={env}", *TWO_STEPS]
+    if env == "gymnasium":  # `python -m` imports from its working folder, root
+        (root / "coin_cfg_registering.py").write_text(REGISTERING_MODULE)
+        overrides.append(f"env.name={GYMNASIUM_ID}")
+    started = time.monotonic()
+    args = ["-m", "agentgym.train", *overrides]
+    args += [f"model.cache_dir={model_cache}", f"output_dir={output}"]
+    result = run_python(args, cwd=root, pythonpath=plugin_site)
+    print(f"env={env}: {time.monotonic() - started:.1f} s")
+    return output, (None if result.returncode == 0 else result.stderr[-4000:])
+
+
 @pytest.fixture(scope="module")
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("model-cache")
+def trained(
+    plugin_site: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Path, str | None]]:
+    """Every env config's run, two at a time (separate processes; the tiny models they
+    build in the shared cache are built into temporary folders and renamed)."""
+    root = tmp_path_factory.mktemp("env-configs")
+    cache = root / "model-cache"
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {
+            env: pool.submit(train_env, env, root / env, cache, plugin_site) for env in ENV_CONFIGS
+        }
+        return {env: future.result() for env, future in futures.items()}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("env", ENV_CONFIGS)
 def test_every_env_config_trains_from_its_name(
-    env: str, model_cache: Path, plugin_site: Path, tmp_path: Path
+    env: str, trained: dict[str, tuple[Path, str | None]]
 ) -> None:
-    output = tmp_path / "run"
-    overrides = [f"env={env}", *TWO_STEPS]
-    if env == "gymnasium":  # `python -m` imports from its working folder, tmp_path
-        (tmp_path / "coin_cfg_registering.py").write_text(REGISTERING_MODULE)
-        overrides.append(f"env.name={GYMNASIUM_ID}")
-    started = time.monotonic()
-    args = ["-m", "agentgym.train", *overrides]
-    args += [f"model.cache_dir={model_cache}", f"output_dir={output}"]
-    result = run_python(args, cwd=tmp_path, pythonpath=plugin_site)
-    print(f"env={env}: {time.monotonic() - started:.1f} s")
-    assert result.returncode == 0, result.stderr[-4000:]
+    output, failure = trained[env]
+    assert failure is None, failure
     steps = logged_steps(output)
     tag = env if env != "gymnasium" else GYMNASIUM_ID
     for step in (1, 2):
