@@ -47,6 +47,7 @@ class FrozenLakeEnv(TextEnv):
     """
 
     generator_version: ClassVar[int | None] = 1
+    inline_calls: ClassVar[bool] = True  # a room or a lake: well under a millisecond
     """Raised whenever the same seed would give a different task."""
 
     action_names: ClassVar[tuple[str, ...]] = ACTIONS

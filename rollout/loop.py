@@ -256,9 +256,12 @@ class EpisodeRunner:
         self.policy_version = policy_version
         self.env_calls: set[asyncio.Future[Any]] = set()
 
-    async def _env_call(self, call: Awaitable[_T]) -> _T:
+    async def _env_call(self, call: Awaitable[_T], env: EnvClient) -> _T:
         """Await an env's reset or step; a cancelled episode leaves the call running to
-        its end (tracked in :attr:`env_calls`), since a thread cannot be interrupted."""
+        its end (tracked in :attr:`env_calls`), since a thread cannot be interrupted.
+        An env called on the loop itself (``inline``) has no await point to cancel at."""
+        if getattr(env, "inline", False):
+            return await call
         future = asyncio.ensure_future(call)
         self.env_calls.add(future)
         future.add_done_callback(self.env_calls.discard)
@@ -281,7 +284,8 @@ class EpisodeRunner:
             start = await self._env_call(
                 env.reset(
                     assignment.seed, options=assignment.reset_options, frame=self._frames(env)
-                )
+                ),
+                env,
             )
         except Exception:
             trajectory.termination_reason = "env_error"
@@ -357,7 +361,7 @@ class EpisodeRunner:
             responses[len(messages) - 1] = turn.response_ids
             history = prompt + turn.response_ids
             try:
-                outcome = await self._env_call(env.step(text, frame=self._frames(env)))
+                outcome = await self._env_call(env.step(text, frame=self._frames(env)), env)
             except Exception:
                 trajectory.termination_reason = "env_error"
                 trajectory.error = traceback.format_exc(limit=-8)

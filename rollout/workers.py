@@ -199,7 +199,9 @@ class EnvClient(Protocol):
 
 
 class LocalEnv:
-    """An env of this process; its calls run in ``executor`` (the rollout's thread pool).
+    """An env of this process; its calls run in ``executor`` (the rollout's thread pool),
+    or on the event loop itself for an env with ``inline_calls`` (short pure-Python
+    work, for which a thread adds only its hand-off).
 
     Args:
         env: The env.
@@ -209,6 +211,7 @@ class LocalEnv:
     def __init__(self, env: TextEnv, executor: Executor) -> None:
         self.env = env
         self.executor = executor
+        self.inline = bool(getattr(env, "inline_calls", False))
 
     @property
     def render_mode(self) -> str | None:
@@ -221,6 +224,8 @@ class LocalEnv:
         return self.env
 
     async def _run(self, function: Callable[..., _T], *args: Any) -> _T:
+        if self.inline:
+            return function(*args)
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
 
     async def reset(

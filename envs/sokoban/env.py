@@ -50,6 +50,7 @@ class SokobanEnv(TextEnv):
     """
 
     generator_version: ClassVar[int | None] = 1
+    inline_calls: ClassVar[bool] = True  # a room or a lake: well under a millisecond
     """Raised whenever the same seed would give a different task."""
 
     action_names: ClassVar[tuple[str, ...]] = ACTIONS
