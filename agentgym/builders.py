@@ -7,7 +7,7 @@ pieces of it it needs) and returns one part; nothing here runs the recipe.
 from __future__ import annotations
 
 import os
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,15 @@ from agentgym.trainers.strategies import Critic, Strategy, build_critic, build_s
 from agentgym.trainers.strategies.lora import lora_settings
 from agentgym.trainers.strategies.optim import OptimizerConfig, optimizer_steps
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
+
+
+def _version(package: str) -> str:
+    """``package``'s installed version, or where it runs from when not installed (a
+    checkout on ``PYTHONPATH``)."""
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed (run from a checkout)"
 
 
 def model_path(config: TrainConfig) -> Path:
@@ -439,7 +448,7 @@ def _build_parts(
     write_atomic(output_dir / RUN_CONFIG, yaml.safe_dump(resolved, sort_keys=False))
     write_json_atomic(
         output_dir / "meta.json",
-        {"envs": envs, "model": str(path), "agentgym": version("agentgym"), "config": resolved},
+        {"envs": envs, "model": str(path), "agentgym": _version("agentgym"), "config": resolved},
     )
     tracker = make_tracker(
         ["stdout", *(kind for kind in config.track_with if kind != "stdout")],  # always our lines

@@ -160,8 +160,12 @@ class MegatronStrategy:
         # megatron-core's half-precision optimizer keeps the fp32 main copies of half
         # parameters only: its checkpoint maps every optimizer tensor to one of them.
         # The local spec's torch norms are built in fp32 whatever params_dtype says, so
-        # cast them too, as megatron-core's Float16Module does.
-        return model.to(self.config.params_dtype)
+        # cast them too, as megatron-core's Float16Module does. On a GPU every parameter
+        # goes to it (megatron-core's optimizer takes CUDA tensors only there).
+        cuda = (
+            torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        )
+        return model.to(device=cuda, dtype=self.config.params_dtype)
 
     # Forward ------------------------------------------------------------------------
 
