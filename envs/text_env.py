@@ -161,7 +161,8 @@ class TextEnv(gymnasium.Env[str, str], ABC):
     event loop instead of its thread pool. Such work holds the interpreter lock in a
     thread anyway, so the thread's hand-off is all a pool adds (about 0.1 ms a call on
     2 cores). Leave it False for an env that waits (tools, subprocesses, servers) or
-    computes for long."""
+    computes for long, and set it back to False in a subclass of such an env that
+    does (a Sokoban whose steps sleep, say)."""
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
 

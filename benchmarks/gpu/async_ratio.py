@@ -20,7 +20,7 @@ import random
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agentgym.envs.sokoban import SokobanEnv
 
@@ -32,6 +32,8 @@ SLOW_ENV = "gpu_suite_slow_sokoban"
 class SlowSokobanEnv(SokobanEnv):
     """Sokoban whose every step first sleeps ``step_seconds × factor`` (``factor``
     log-normal with σ ``sigma``, drawn at each reset from the reset's seed)."""
+
+    inline_calls: ClassVar[bool] = False  # it waits: the rollout's thread pool runs it
 
     def __init__(self, *, step_seconds: float = 0.1, sigma: float = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
