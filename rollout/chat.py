@@ -13,6 +13,7 @@ the whole conversation by the tokenizer's own ``apply_chat_template``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -44,7 +45,9 @@ class _Memo(dict[Any, Any]):
 
     def remember(self, key: Any, value: Any) -> Any:
         if len(self) >= _MEMO_SIZE:
-            del self[next(iter(self))]
+            # another thread's rollout may evict at the same time: either one's is enough
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                del self[next(iter(self))]
         self[key] = value
         return value
 

@@ -3,6 +3,7 @@ each runs ``fn(rank, world, *args)``; rank 0's return value comes back."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import socket
 import sys
@@ -34,6 +35,11 @@ def _entry(rank: int, world: int, port: int, out: str, fn: Callable[..., Any], a
     # About one run in six, a C++ static destructor at that teardown met a thread
     # still joinable ("terminate called without an active exception", SIGABRT,
     # no Python frame), which failed a test whose ranks had all finished.
+    # Leaving that way skips multiprocessing's own exit handler, so end the processes
+    # the rank started (megatron-core's checkpoint writers) here, or they stay behind.
+    for child in multiprocessing.active_children():
+        child.terminate()
+        child.join(10)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
