@@ -24,8 +24,9 @@ Per run: median seconds per step after ``--warmup`` steps, samples/s, generated
 tokens/s, peak RSS, and the mean reward of every step (the learning curves). The
 table gives the median of the per-round ratios (TRL's time over ours: above 1, we
 are faster). A last table measures our rollout's own overhead on 128 single-turn
-episodes: everything but generation (an instant backend) and the env's
-``reset``/``step`` (timed apart on the same seeds)::
+episodes, in trajectory mode (with the prefix check) and step mode: the wall time
+with an instant backend whose answers differ inside a group, less the time spent in
+the env's own ``reset``/``step`` during that rollout (``--overhead-only``: just it)::
 
     pip install -e ".[compare]"      # trl, pinned
     python benchmarks/compare_trl.py [--rounds 3] [--steps 8] [--json PATH]
@@ -270,15 +271,52 @@ def worker(framework: str, engine: str, model: Path, steps: int, out: Path) -> N
 # --------------------------------------------------------------------------- overhead
 
 
-def rollout_overhead(episodes: int = GROUPS * GROUP_SIZE, repeats: int = 20) -> dict[str, float]:
-    """Our rollout's own milliseconds per ``episodes`` single-turn Sokoban episodes:
-    the wall time with an instant backend, less the env's reset and step on the same
-    seeds timed apart (median of ``repeats``)."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from rollout_bench import InstantBackend
+ANSWERS = (
+    "<answer>Up</answer>",
+    "<answer>Down</answer>",
+    "<answer>Left</answer>",
+    "<answer>Right</answer>",
+    "<think>push the box up</think><answer>Up</answer>",
+    "<think>the target is below</think><answer>Down</answer>",
+    "Left",
+    "<answer>Right, then Up</answer>",
+)
+"""What the overhead's instant backend answers, in turn: a group's 8 members answer
+differently, as sampled answers do, so no member reuses another's prefix check."""
+
+
+class VariedBackend:
+    """Answers every request at once, cycling through ``answers`` (token ids)."""
+
+    def __init__(self, answers: list[list[int]]) -> None:
+        self.answers = answers
+        self.calls = 0
+
+    async def generate(self, prompt_ids: Any, params: Any, *, env: Any = None) -> Any:
+        from agentgym.rollout.backends.base import Generation
+
+        ids = self.answers[self.calls % len(self.answers)]
+        self.calls += 1
+        return Generation(ids, [0.0] * len(ids), "stop")
+
+
+OVERHEAD_SETUPS = (("step", "warn"), ("trajectory", "off"), ("trajectory", "warn"))
+"""The overhead table's rows: (mode, prefix_check). Step mode is the Sokoban config's
+(the compared training runs'); the prefix check runs in trajectory mode only."""
+
+
+def rollout_overhead(
+    mode: str = "trajectory",
+    prefix_check: str = "warn",
+    episodes: int = GROUPS * GROUP_SIZE,
+    repeats: int = 20,
+) -> dict[str, Any]:
+    """Our rollout's own milliseconds per ``episodes`` single-turn Sokoban episodes in
+    ``mode`` with ``prefix_check``: the wall time with an instant backend, less the time spent inside the env's
+    own ``reset`` and ``step`` during that rollout (median of ``repeats``)."""
     from transformers import AutoTokenizer
 
-    from agentgym.envs.adapter import make_text_env
+    from agentgym.envs.text_env import TextEnv
     from agentgym.rollout.chat import ChatTokenizer
     from agentgym.rollout.env_manager import EnvManager
     from agentgym.rollout.loop import RolloutConfig, collect
@@ -287,10 +325,14 @@ def rollout_overhead(episodes: int = GROUPS * GROUP_SIZE, repeats: int = 20) -> 
     tokenizer = AutoTokenizer.from_pretrained(model)
     chat = ChatTokenizer(tokenizer)
     config = env_config()
-    response = [*tokenizer.encode("<answer>Up</answer>", add_special_tokens=False)]
-    backend = InstantBackend([*response, tokenizer.eos_token_id])
-    rollout = RolloutConfig(mode="trajectory", max_turns=1, sequence_length=4096)
-    env = make_text_env("sokoban", config["kwargs"])
+    answers = [
+        [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
+        for text in ANSWERS
+    ]
+    backend = VariedBackend(answers)
+    rollout = RolloutConfig(
+        mode=mode, max_turns=1, sequence_length=4096, prefix_check=prefix_check
+    )
     manager = EnvManager(  # built once and reused, as a training run does
         tags=["sokoban"],
         env_groups=episodes // GROUP_SIZE,
@@ -298,29 +340,42 @@ def rollout_overhead(episodes: int = GROUPS * GROUP_SIZE, repeats: int = 20) -> 
         seed=SEED,
         env_configs={"sokoban": {"name": "sokoban", "kwargs": config["kwargs"]}},
     )
+    inside = [0.0]
+    reset, step = TextEnv.reset, TextEnv.step
+
+    def timed(method: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                inside[0] += time.perf_counter() - start
+
+        return call
+
+    TextEnv.reset, TextEnv.step = timed(reset), timed(step)  # type: ignore[method-assign]
     loop = asyncio.new_event_loop()
     walls, envs = [], []
-    for _ in range(repeats + 1):  # the first call warms the loop's thread pool
-        groups = range(manager.cursor, manager.cursor + episodes // GROUP_SIZE)
-        seeds = [group_seeds(groups.stop)[n] for n in groups]
-        start = time.perf_counter()
-        result = loop.run_until_complete(collect(manager, backend, chat, rollout))
-        walls.append(time.perf_counter() - start)
-        assert len(result.trajectories) == episodes
-        start = time.perf_counter()
-        for seed in seeds:
-            for _ in range(GROUP_SIZE):
-                env.reset(seed=seed)
-                env.step("<answer>Up</answer>")
-        envs.append(time.perf_counter() - start)
-    loop.close()
+    try:
+        for _ in range(repeats + 1):  # the first call warms the loop's thread pool
+            inside[0] = 0.0
+            start = time.perf_counter()
+            result = loop.run_until_complete(collect(manager, backend, chat, rollout))
+            walls.append(time.perf_counter() - start)
+            envs.append(inside[0])
+            assert len(result.trajectories) == episodes
+            assert len({tuple(t.input_ids) for t in result.trajectories}) >= episodes // 2
+    finally:
+        TextEnv.reset, TextEnv.step = reset, step  # type: ignore[method-assign]
+        loop.close()
     walls, envs = walls[1:], envs[1:]
-    wall, env_seconds = statistics.median(walls), statistics.median(envs)
     return {
+        "mode": mode,
+        "prefix_check": prefix_check if mode == "trajectory" else "-",
         "episodes": episodes,
-        "wall_ms": 1000 * wall,
-        "env_ms": 1000 * env_seconds,
-        "overhead_ms": 1000 * (wall - env_seconds),
+        "wall_ms": 1000 * statistics.median(walls),
+        "env_ms": 1000 * statistics.median(envs),
+        "overhead_ms": 1000 * statistics.median([w - e for w, e in zip(walls, envs, strict=True)]),
     }
 
 
@@ -368,6 +423,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--overhead-only", action="store_true", help="only the rollout overhead table"
+    )
     parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
     parser.add_argument("--engine", choices=(*ENGINES, OURS_LIKE), help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
@@ -375,6 +433,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         worker(args.worker, args.engine, args.model, args.steps, args.out)
+        return
+    if args.overhead_only:
+        print_overhead([rollout_overhead(*setup) for setup in OVERHEAD_SETUPS])
         return
     model = build_model(Path(tempfile.gettempdir()) / "agentgym-compare-trl")
     rounds = []
@@ -390,7 +451,7 @@ def main() -> None:
             seconds = figures["s_per_step"]
             print(f"round {number + 1} {framework:8} {engine:6} {seconds:.3f} s/step", flush=True)
         rounds.append(row)
-    overhead = rollout_overhead()
+    overhead = [rollout_overhead(*setup) for setup in OVERHEAD_SETUPS]
     print_tables(rounds, overhead)
     if args.json:
         args.json.write_text(json.dumps({"rounds": rounds, "overhead": overhead}, indent=1))
@@ -404,7 +465,17 @@ FIGURES = (
 )
 
 
-def print_tables(rounds: list[dict[str, Any]], overhead: dict[str, float]) -> None:
+def print_overhead(overhead: list[dict[str, Any]]) -> None:
+    for row in overhead:
+        print(
+            f"rollout overhead, {row['mode']} mode, prefix check {row['prefix_check']}: "
+            f"{row['overhead_ms']:.1f} ms per "
+            f"{row['episodes']} single-turn episodes (wall {row['wall_ms']:.1f} ms, "
+            f"inside the env {row['env_ms']:.1f} ms)"
+        )
+
+
+def print_tables(rounds: list[dict[str, Any]], overhead: list[dict[str, Any]]) -> None:
     pairs = [compared(row) for row in rounds]
     print("\n| comparison | figure | agentgym | TRL | agentgym ÷ TRL (median of rounds) |")
     print("|---|---|---|---|---|")
@@ -434,10 +505,8 @@ def print_tables(rounds: list[dict[str, Any]], overhead: dict[str, float]) -> No
             f"{statistics.mean(r[c]['raw']['reward'][step] for r in rounds):+.3f}" for c in columns
         ]
         print(f"| {step + 1} | " + " | ".join(cells) + " |")
-    print(
-        f"\nrollout overhead: {overhead['overhead_ms']:.1f} ms per {overhead['episodes']} "
-        f"single-turn episodes (wall {overhead['wall_ms']:.1f} ms, env {overhead['env_ms']:.1f} ms)"
-    )
+    print()
+    print_overhead(overhead)
 
 
 if __name__ == "__main__":

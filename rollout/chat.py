@@ -35,9 +35,9 @@ _SENTINEL_SPLIT = re.compile("\x00agentgym-assistant-(\\d+)\x00")
 # they would mid-conversation.
 _BASE = [{"role": "user", "content": "."}]
 _MEMO_SIZE = 512
-"""Conversations remembered by :meth:`ChatTokenizer.first_segment` and
-:meth:`ChatTokenizer.check`: the members of a group open alike (same seed, same
-first observation) and often answer alike, so each is rendered once a group."""
+"""Openings and checks remembered by :class:`ChatTokenizer`: the members of a group
+open alike (same seed, same first observation) and often answer alike, so each
+opening is tokenized, and each conversation checked, once a group."""
 
 
 class _Memo(dict[Any, Any]):
@@ -54,8 +54,16 @@ class _Memo(dict[Any, Any]):
 
 def _conversation_key(
     messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None
-) -> str:
-    return json.dumps([list(messages), list(tools or ())], sort_keys=True, default=str)
+) -> Any:
+    """A hashable key of a conversation: its (role, text) pairs when every message is
+    just that (the common case, cheap), else a JSON dump of everything."""
+    pairs = []
+    for message in messages:
+        content = message.get("content")
+        if len(message) != 2 or "role" not in message or not isinstance(content, str):
+            return json.dumps([list(messages), list(tools or ())], sort_keys=True, default=str)
+        pairs.append((message["role"], content))
+    return tuple(pairs), json.dumps(list(tools), sort_keys=True, default=str) if tools else ""
 
 
 class PrefixDriftError(RuntimeError):
@@ -133,7 +141,7 @@ class ChatTokenizer:
             if isinstance(value, str)
         }
         self._backend = tokenizer.backend_tokenizer
-        self._first_segments = _Memo()
+        self._prefixes = _Memo()  # text -> ids of the text before a conversation's first reply
         self._checks = _Memo()
 
     # -- text ---------------------------------------------------------------------
@@ -200,7 +208,8 @@ class ChatTokenizer:
             lambda msgs, tls, gen: self.render(msgs, tools=tls, add_generation_prompt=gen)
         )
         pieces = _SENTINEL_SPLIT.split(render(marked, tools, add_generation_prompt))
-        ids = self.encode(pieces[0])
+        # the text before the first response is a group's shared opening
+        ids = self._encode_prefix(pieces[0]) if len(pieces) > 1 else self.encode(pieces[0])
         for position in range(1, len(pieces), 2):
             response = list(responses[int(pieces[position])])
             ids += response
@@ -213,12 +222,15 @@ class ChatTokenizer:
         self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None
     ) -> list[int]:
         """Ids of the opening messages (system prompt, first observation) and generation
-        prompt (a group's members share one render)."""
-        key = _conversation_key(messages, tools)
-        found = self._first_segments.get(key)
+        prompt (a group's members share one tokenization)."""
+        return self._encode_prefix(self.render(messages, tools=tools, add_generation_prompt=True))
+
+    def _encode_prefix(self, text: str) -> list[int]:
+        """:meth:`encode`, remembered: for the opening text that a group's members (and
+        the prefix check of each) share."""
+        found = self._prefixes.get(text)
         if found is None:
-            ids = self.encode(self.render(messages, tools=tools, add_generation_prompt=True))
-            found = self._first_segments.remember(key, tuple(ids))
+            found = self._prefixes.remember(text, tuple(self.encode(text)))
         return list(found)
 
     def next_segment(
@@ -308,8 +320,12 @@ class ChatTokenizer:
                 + _first_difference(substituted, real_text),
                 exact=False,
             )
-        expected = self.render_ids(
-            messages, responses, tools=tools, stop_after_last_response=True, renderer=reference
+        expected = self.render_ids(  # the same marks: the marked render is reused
+            messages,
+            responses,
+            tools=tools,
+            stop_after_last_response=True,
+            renderer=lambda *_: marked_text,
         )
         ids = list(ids)
         if expected != ids:

@@ -316,12 +316,11 @@ class EpisodeRunner:
         actions = 0
         trajectory.termination_reason = "max_turns"
         for turn_index in range(config.max_turns):
-            if config.mode == "trajectory":
-                if turn_index == 0:
-                    segment = self.chat.first_segment(messages, trajectory.tools)
-                else:
-                    previous = trajectory.turns[-1].response_ids
-                    segment = self.chat.next_segment(previous, new_messages, trajectory.tools)
+            if turn_index == 0:  # both modes: the opening messages (a group shares them)
+                segment = prompt = self.chat.first_segment(messages, trajectory.tools)
+            elif config.mode == "trajectory":
+                previous = trajectory.turns[-1].response_ids
+                segment = self.chat.next_segment(previous, new_messages, trajectory.tools)
                 prompt = history + segment
             else:
                 segment = prompt = self._step_prompt(messages, responses, trajectory.tools)

@@ -119,26 +119,32 @@ class HFBackend:
         """Sample a left-padded batch with a KV cache, token by token.
 
         Each row with a seed draws from its own generator, so its sample does
-        not depend on which other requests share the batch.
+        not depend on which other requests share the batch. Rows with the same
+        prompt (a group's first turn) share one prefill.
         """
         from transformers import DynamicCache
 
         device = next(self.model.parameters()).device
-        rows, width = len(prompts), max(len(p) for p in prompts)
+        # a group's members share their prompt: each distinct prompt is prefilled once
+        # and its cache rows copied to the rows that asked for it
+        distinct: dict[tuple[int, ...], int] = {}
+        row_of = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]  # [B]
+        unique = [list(p) for p in distinct]  # [U]
+        rows, width = len(prompts), max(len(p) for p in unique)
         input_ids = torch.tensor(
-            [[self.pad_token_id] * (width - len(p)) + p for p in prompts], device=device
-        )  # [B, P]
+            [[self.pad_token_id] * (width - len(p)) + p for p in unique], device=device
+        )  # [U, P]
         attention_mask = torch.tensor(
-            [[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device
-        )  # [B, P]
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+            [[0] * (width - len(p)) + [1] * len(p) for p in unique], device=device
+        )  # [U, P]
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P]
         generators = _generators(seeds, device)
         stop = torch.tensor(sorted(set(params.stop_token_ids)) or [-1], device=device)
         cache = DynamicCache()
         tokens: list[torch.Tensor] = []
         logprobs: list[torch.Tensor] = []
         finished = torch.zeros(rows, dtype=torch.bool, device=device)
-        for _ in range(params.max_new_tokens):
+        for step in range(params.max_new_tokens):
             logits = (
                 self.model(
                     input_ids=input_ids,
@@ -149,7 +155,12 @@ class HFBackend:
                 )
                 .logits[:, -1]
                 .float()
-            )  # [B, V]
+            )  # [B, V] ([U, V] after the prefill)
+            if step == 0 and len(unique) < rows:
+                select = torch.tensor(row_of, device=device)  # [B]
+                cache.batch_select_indices(select)
+                logits, attention_mask = logits[select], attention_mask[select]
+                position_ids = position_ids[select]
             processed = _process(logits, params)  # [B, V]: the distribution sampled from
             next_ids = _sample(processed, params, generators)  # [B]
             tokens.append(next_ids)

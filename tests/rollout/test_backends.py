@@ -193,6 +193,39 @@ def test_hf_seeded_samples_do_not_depend_on_the_batch(model: Any, tiny_tokenizer
     assert len(first) > 1
 
 
+def test_hf_rows_with_one_prompt_share_a_prefill_and_sample_as_alone(
+    model: Any, tiny_tokenizer: Any
+) -> None:
+    """A group's members (one prompt, own seeds) batched with another prompt sample
+    what each would alone: the shared prefill's cache rows are copied, not aliased."""
+    prompt = tiny_tokenizer.encode("######\n#P_X_#\n")
+    other = tiny_tokenizer.encode("#__#")
+    eos = (tiny_tokenizer.eos_token_id,)
+
+    def params(seed: int) -> SamplingParams:
+        return SamplingParams(max_new_tokens=10, seed=seed, stop_token_ids=eos)
+
+    async def alone(seed: int) -> Any:
+        backend = HFBackend(model, pad_token_id=tiny_tokenizer.pad_token_id)
+        return await backend.generate(prompt, params(seed))
+
+    async def grouped() -> list[Any]:
+        backend = HFBackend(model, pad_token_id=tiny_tokenizer.pad_token_id)
+        requests = [backend.generate(prompt, params(seed)) for seed in range(4)]
+        requests.insert(2, backend.generate(other, params(99)))
+        results = await asyncio.gather(*requests)
+        return [r for i, r in enumerate(results) if i != 2]
+
+    together = asyncio.run(grouped())
+    for seed, generation in enumerate(together):
+        single = asyncio.run(alone(seed))
+        assert generation.token_ids == single.token_ids
+        assert max(
+            abs(a - b) for a, b in zip(generation.logprobs, single.logprobs, strict=True)
+        ) < TOLERANCE
+    assert len({tuple(g.token_ids) for g in together}) > 1  # the seeds differ
+
+
 def test_hf_backend_never_shares_the_trainers_tensors(tiny_model_dir: Path) -> None:
     """After a sync, an optimizer step of the trainer (which under async generation
     runs in a thread while episodes generate) leaves the engine's weights as synced."""
