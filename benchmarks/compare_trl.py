@@ -299,6 +299,12 @@ class VariedBackend:
         self.calls += 1
         return Generation(ids, [0.0] * len(ids), "stop")
 
+    async def update_weights(self, weights: Any) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
 
 OVERHEAD_SETUPS = (("step", "warn"), ("trajectory", "off"), ("trajectory", "warn"))
 """The overhead table's rows: (mode, prefix_check). Step mode is the Sokoban config's
@@ -312,8 +318,9 @@ def rollout_overhead(
     repeats: int = 20,
 ) -> dict[str, Any]:
     """Our rollout's own milliseconds per ``episodes`` single-turn Sokoban episodes in
-    ``mode`` with ``prefix_check``: the wall time with an instant backend, less the time spent inside the env's
-    own ``reset`` and ``step`` during that rollout (median of ``repeats``)."""
+    ``mode`` with ``prefix_check``: the wall time with an instant backend, less the
+    time spent inside the env's own ``reset`` and ``step`` during that rollout (median
+    of ``repeats``)."""
     from transformers import AutoTokenizer
 
     from agentgym.envs.text_env import TextEnv
@@ -330,9 +337,7 @@ def rollout_overhead(
         for text in ANSWERS
     ]
     backend = VariedBackend(answers)
-    rollout = RolloutConfig(
-        mode=mode, max_turns=1, sequence_length=4096, prefix_check=prefix_check
-    )
+    rollout = RolloutConfig(mode=mode, max_turns=1, sequence_length=4096, prefix_check=prefix_check)
     manager = EnvManager(  # built once and reused, as a training run does
         tags=["sokoban"],
         env_groups=episodes // GROUP_SIZE,

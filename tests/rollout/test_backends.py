@@ -220,9 +220,10 @@ def test_hf_rows_with_one_prompt_share_a_prefill_and_sample_as_alone(
     for seed, generation in enumerate(together):
         single = asyncio.run(alone(seed))
         assert generation.token_ids == single.token_ids
-        assert max(
-            abs(a - b) for a, b in zip(generation.logprobs, single.logprobs, strict=True)
-        ) < TOLERANCE
+        assert (
+            max(abs(a - b) for a, b in zip(generation.logprobs, single.logprobs, strict=True))
+            < TOLERANCE
+        )
     assert len({tuple(g.token_ids) for g in together}) > 1  # the seeds differ
 
 
