@@ -11,6 +11,8 @@ Two channels (``synchronizer.sync_method``):
   :data:`KEEP` folders are kept. Needs a filesystem every process reaches.
 * ``memory`` (:class:`agentgym.rollout.ray_job.MemoryChannel`): the newest weights in
   a Ray actor's memory (Trinity-RFT's ``memory``): no shared filesystem.
+* ``nccl`` (:class:`agentgym.rollout.collective_weights.CollectiveChannel`): from the
+  trainer's device to each explorer's over a process group per transfer.
 
 A version that changed no weights points at the weights of the one before it (the
 same :attr:`Published.key`), so explorers do not reload them.
@@ -120,16 +122,18 @@ class FolderChannel:
         save_file(dict(tensors), str(staging / "model.safetensors"))
         shutil.rmtree(folder, ignore_errors=True)
         staging.rename(folder)
-        self._point(version, folder.name, groups_per_step)
+        self.record(version, folder.name, groups_per_step)
 
     def point(self, version: int, groups_per_step: int) -> None:
         """``LATEST.json`` names ``version`` and the newest folder."""
         current = self.latest()
         if current is None:
             raise RuntimeError(f"nothing published in {self.root} yet")
-        self._point(version, Path(current.key).name, groups_per_step)
+        self.record(version, Path(current.key).name, groups_per_step)
 
-    def _point(self, version: int, folder: str, groups_per_step: int) -> None:
+    def record(self, version: int, folder: str, groups_per_step: int) -> None:
+        """Point ``LATEST.json`` at ``folder`` as ``version`` (atomically); keep the
+        newest :data:`KEEP` folders."""
         entry = {"version": version, "folder": folder, "groups_per_step": groups_per_step}
         write_json_atomic(self.root / LATEST, entry)
         folders = sorted(p for p in self.root.glob("v*") if p.is_dir())
@@ -178,8 +182,12 @@ class WeightPublisher:
         self.publish(version, weights)
 
     def publish(self, version: int, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Publish ``weights`` as version ``version``, the newest."""
-        tensors = {name: tensor.detach().cpu().contiguous() for name, tensor in weights}
+        """Publish ``weights`` as version ``version``, the newest (in host memory, or
+        where they are for a channel that sends from the device: ``on_device``)."""
+        if getattr(self.channel, "on_device", False):
+            tensors = {name: tensor.detach() for name, tensor in weights}
+        else:
+            tensors = {name: tensor.detach().cpu().contiguous() for name, tensor in weights}
         self.channel.store(version, tensors, self.groups_per_step)
         self.last_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
         self.version = version

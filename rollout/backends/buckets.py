@@ -84,16 +84,7 @@ class WeightBucket:
         with warnings.catch_warnings():  # a payload read from Ray's object store is read-only
             warnings.simplefilter("ignore", UserWarning)
             flat = torch.from_numpy(self.payload)  # [num_bytes] uint8
-        return [
-            (
-                spec.name,
-                flat[spec.offset : spec.offset + spec.num_bytes]
-                .view(getattr(torch, spec.dtype))
-                .view(spec.shape),
-            )
-            for spec in self.specs
-            if spec.alias_of is None
-        ]
+        return spec_views(flat, self.specs)
 
     def aliases(self) -> list[tuple[str, str]]:
         """``(name, alias_of)`` for the names that share an earlier tensor's storage."""
@@ -122,6 +113,15 @@ def pack_bucket(index: int, entries: Sequence[tuple[str, torch.Tensor | str]]) -
 
     Tensors may live on any device; their bytes are copied to host memory.
     """
+    specs = bucket_specs(entries)
+    payload = np.empty(sum(spec.num_bytes for spec in specs), dtype=np.uint8)
+    copy_into(torch.from_numpy(payload), specs, entries)
+    return WeightBucket(index, specs, payload)
+
+
+def bucket_specs(entries: Sequence[tuple[str, torch.Tensor | str]]) -> tuple[TensorSpec, ...]:
+    """Where each of ``entries`` lies in a packed buffer (an entry whose value is a name
+    is an alias of it, with no bytes); the buffer's size is the sum of their bytes."""
     specs: list[TensorSpec] = []
     offset = 0
     for name, value in entries:
@@ -131,13 +131,34 @@ def pack_bucket(index: int, entries: Sequence[tuple[str, torch.Tensor | str]]) -
         dtype = str(value.dtype).removeprefix("torch.")
         specs.append(TensorSpec(name, dtype, tuple(value.shape), offset))
         offset += specs[-1].num_bytes
-    payload = np.empty(offset, dtype=np.uint8)
-    flat = torch.from_numpy(payload)  # [num_bytes] uint8
+    return tuple(specs)
+
+
+def copy_into(
+    flat: torch.Tensor,
+    specs: Sequence[TensorSpec],
+    entries: Sequence[tuple[str, torch.Tensor | str]],
+) -> None:
+    """Copy the tensors of ``entries`` into ``flat`` (``[num_bytes]`` ``uint8``, on any
+    device) where ``specs`` (:func:`bucket_specs` of them) place them."""
     for spec, (_, value) in zip(specs, entries, strict=True):
         if isinstance(value, torch.Tensor) and spec.num_bytes:
             source = value.detach().contiguous().reshape(-1).view(torch.uint8)
             flat[spec.offset : spec.offset + spec.num_bytes].copy_(source)
-    return WeightBucket(index, tuple(specs), payload)
+
+
+def spec_views(flat: torch.Tensor, specs: Sequence[TensorSpec]) -> list[tuple[str, torch.Tensor]]:
+    """The tensors with data in ``flat`` (a packed buffer), as views by name."""
+    return [
+        (
+            spec.name,
+            flat[spec.offset : spec.offset + spec.num_bytes]
+            .view(getattr(torch, spec.dtype))
+            .view(spec.shape),
+        )
+        for spec in specs
+        if spec.alias_of is None
+    ]
 
 
 def chunk_weights(

@@ -37,31 +37,73 @@ def forward(
     temperature: float = 1.0,
     with_entropy: bool = False,
     with_logits: bool = False,
+    scored_only: bool = False,
 ) -> ModelOutputs:
     """Token log-probabilities of ``batch`` under ``model``, aligned with ``input_ids``.
 
     The logits are divided by ``temperature`` first (when it is > 0), so the
     log-probabilities are those of the distribution the engine sampled from.
+    ``scored_only``: the log-probabilities are 0 off the loss mask, and the LM head runs
+    from the batch's first loss-masked token on (the prompt before it is scored by no
+    loss; TRL's ``logits_to_keep``) for models whose ``forward`` takes
+    ``logits_to_keep``; entropy and logits are 0 before that token.
     """
+    width = batch.input_ids.shape[1]
+    first = _first_scored(batch) if scored_only and _takes_logits_to_keep(model) else 1
+    extra = {"logits_to_keep": width - first + 1} if first > 1 else {}
     logits = model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
         position_ids=batch.position_ids,
         use_cache=False,
-    ).logits.float()[:, :-1]  # [B, T-1, V]: position t predicts token t + 1
+        **extra,
+    ).logits.float()[:, :-1]  # [B, T-first, V]: position t predicts token t + 1
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    logprobs = torch.log_softmax(logits, -1)  # [B, T-1, V]
-    picked = logprobs.gather(-1, batch.input_ids[:, 1:, None])[..., 0]  # [B, T-1]
-    zeros = picked.new_zeros(picked.shape[0], 1)
+    logprobs = torch.log_softmax(logits, -1)  # [B, T-first, V]
+    picked = logprobs.gather(-1, batch.input_ids[:, first:, None])[..., 0]  # [B, T-first]
+    if scored_only:  # the same zeros off the loss mask however the rows were cut
+        picked = picked * batch.loss_mask[:, first:].to(picked.dtype)
+    zeros = picked.new_zeros(picked.shape[0], first)
     entropy = None
     if with_entropy:
         entropy = torch.cat([zeros, -(logprobs.exp() * logprobs).sum(-1)], 1)  # [B, T]
     full_logits = None
     if with_logits:
-        pad = logits.new_zeros(logits.shape[0], 1, logits.shape[2])
+        pad = logits.new_zeros(logits.shape[0], first, logits.shape[2])
         full_logits = torch.cat([pad, logits], 1)  # [B, T, V]
     return ModelOutputs(torch.cat([zeros, picked], 1), entropy, full_logits)
+
+
+def _first_scored(batch: RolloutBatch) -> int:
+    """The first position any row's loss mask covers (1 when it is 0 or none is)."""
+    covered = batch.loss_mask.any(0).nonzero()  # [N, 1]
+    return max(int(covered[0, 0]), 1) if covered.numel() else 1
+
+
+_KEEPS: dict[type, bool] = {}
+
+
+def _takes_logits_to_keep(model: Any) -> bool:
+    """Whether the model's class takes ``logits_to_keep``: under a LoRA wrapper, its
+    base's; under a wrapper that is no module (the adapter-off reference), its model's."""
+    import inspect
+
+    base = model
+    for _ in range(4):
+        if hasattr(base, "get_base_model"):
+            base = base.get_base_model()
+        elif not isinstance(base, torch.nn.Module) and hasattr(base, "model"):
+            base = base.model
+        else:
+            break
+    kind = type(base)
+    if kind not in _KEEPS:
+        method = getattr(kind, "forward", None)
+        _KEEPS[kind] = (
+            method is not None and "logits_to_keep" in inspect.signature(method).parameters
+        )
+    return _KEEPS[kind]
 
 
 class TorchStrategy:
@@ -149,13 +191,16 @@ class TorchStrategy:
         parts, order = cut(batch, self.micro_batch_size, budget)
         rows = [torch.zeros(0, width)]  # an empty share (more ranks than rows) is [0, T]
         for part in parts:
-            out = forward(model, self._to_device(part), temperature=self.temperature)
+            out = forward(
+                model, self._to_device(part), temperature=self.temperature, scored_only=True
+            )
             rows.append(fit_width(out.logprobs.cpu(), width))
         return in_batch_order(torch.cat(rows), order)  # [B, T]
 
     def logprobs(self, batch: RolloutBatch, budget: TokenBudget | None = None) -> torch.Tensor:
         """``[B, T]`` log-probabilities under the current weights (eval mode, no gradient),
-        on ``budget``'s micro-batches (None: ``micro_batch_size`` rows each)."""
+        0 off the loss mask, on ``budget``'s micro-batches (None: ``micro_batch_size``
+        rows each)."""
         was_training = self.model.training
         self.model.eval()
         try:
@@ -206,13 +251,18 @@ class TorchStrategy:
                 temperature=self.temperature,
                 with_entropy=needs.entropy,
                 with_logits=needs.logits,
+                scored_only=True,
             )
             if needs.ref_logits:
                 if self.reference is None:
                     raise RuntimeError("the loss needs reference logits; build with reference_path")
                 with torch.no_grad():
                     outputs.ref_logits = forward(
-                        self.reference, part, temperature=self.temperature, with_logits=True
+                        self.reference,
+                        part,
+                        temperature=self.temperature,
+                        with_logits=True,
+                        scored_only=True,
                     ).logits
             loss, metrics = loss_fn(outputs, part)
             loss.backward()

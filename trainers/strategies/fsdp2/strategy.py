@@ -146,7 +146,8 @@ class FSDP2Strategy:
             if index >= len(parts):
                 self._filler_logits(model)
                 continue
-            out = forward(model, to_device(parts[index], self.device), temperature=self.temperature)
+            part = to_device(parts[index], self.device)
+            out = forward(model, part, temperature=self.temperature, scored_only=True)
             rows.append(fit_width(out.logprobs.cpu(), width))
         sharding.reshard(model)
         return in_batch_order(torch.cat(rows), order)  # [B, T]
@@ -232,11 +233,16 @@ class FSDP2Strategy:
                 temperature=self.temperature,
                 with_entropy=needs.entropy,
                 with_logits=needs.logits,
+                scored_only=True,
             )
             if needs.ref_logits:
                 with torch.no_grad():
                     outputs.ref_logits = forward(
-                        self.reference, part, temperature=self.temperature, with_logits=True
+                        self.reference,
+                        part,
+                        temperature=self.temperature,
+                        with_logits=True,
+                        scored_only=True,
                     ).logits
             loss, metrics = loss_fn(outputs, part)
             loss.backward()

@@ -1,0 +1,332 @@
+"""``synchronizer.sync_method: nccl``: the trainer sends each version it publishes
+from its device straight to each explorer's, over a two-rank process group made for
+that one transfer (Trinity-RFT's ``nccl``; gloo on CPU, which the tests use).
+
+The trainer keeps the newest version packed in buckets on its device
+(:class:`CollectiveChannel.store`) and serves it from a thread: an explorer that
+wants a version asks the trainer's ``TCPStore`` (its address in
+``<job>/weights/collective.json``), gets the layout of the buckets, and both sides
+form a process group under that request's prefix and broadcast the buckets from the
+trainer (rank 0) to the explorer (rank 1). Training goes on meanwhile.
+
+Unlike one long-lived group of the trainer and every engine (Trinity-RFT's, which
+serves one explorer and hangs when one restarts), each transfer has its own group
+and a timeout: explorers join, leave and restart freely, and an explorer that dies
+mid-transfer costs the trainer's serving thread one timeout, never a training step.
+Versions, the newest's name and the trainer's end are recorded as for
+``checkpoint`` (``LATEST.json``, no weights on disk), so the job folder must be on a
+filesystem every process reaches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentgym.fileio import write_json_atomic
+from agentgym.rollout.backends.buckets import (
+    DEFAULT_BUCKET_BYTES,
+    TensorSpec,
+    bucket_specs,
+    chunk_weights,
+    copy_into,
+    spec_views,
+)
+from agentgym.rollout.published_weights import FolderChannel, Published, WeightsGoneError
+
+ADDRESS = "collective.json"
+"""The trainer's weight server address, in ``<job>/weights/``."""
+TRANSFER_TIMEOUT = 300.0
+"""Seconds either side waits for the other in one transfer before giving it up."""
+REQUEST_GRACE = 30.0
+"""Seconds the server waits for a request's details before skipping it (its explorer
+died between taking a number and asking)."""
+_REQUESTS = "requests"
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """One published version, packed: each bucket's layout and its bytes on the device."""
+
+    name: str
+    buckets: tuple[tuple[tuple[TensorSpec, ...], torch.Tensor], ...]
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(int(flat.numel()) for _, flat in self.buckets)
+
+
+class CollectiveChannel:
+    """Weights sent over a process group per transfer (see the module docstring).
+
+    Args:
+        job_dir: The job folder (``checkpoint_root_dir/project/name``).
+        backend: ``nccl`` (GPUs: the tensors stay on their device) or ``gloo`` (CPU).
+        bucket_bytes: Bytes per bucket, one broadcast each.
+        timeout: Seconds either side waits for the other in one transfer.
+        host: The address explorers reach the trainer at (default ``MASTER_ADDR``, else
+            this host's address).
+    """
+
+    def __init__(
+        self,
+        job_dir: Path,
+        *,
+        backend: str = "nccl",
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        timeout: float = TRANSFER_TIMEOUT,
+        host: str | None = None,
+    ) -> None:
+        if backend not in ("nccl", "gloo"):
+            raise ValueError(f"backend must be nccl or gloo, got {backend!r}")
+        self.folder = FolderChannel(job_dir)
+        self.backend = backend
+        self.bucket_bytes = bucket_bytes
+        self.timeout = timeout
+        self.host = host or os.environ.get("MASTER_ADDR") or _own_address()
+        self._server: _Server | None = None
+
+    on_device = True
+    """The publisher hands this channel the trainer's tensors where they are (no copy
+    to host memory first)."""
+
+    # -- the trainer's side ---------------------------------------------------------
+
+    def store(
+        self, version: int, tensors: Mapping[str, torch.Tensor], groups_per_step: int
+    ) -> None:
+        """Pack ``tensors`` on their device as version ``version`` and serve it."""
+        buckets = []
+        for entries in chunk_weights(tensors.items(), self.bucket_bytes):
+            specs = bucket_specs(entries)
+            device = next((v.device for _, v in entries if isinstance(v, torch.Tensor)), "cpu")
+            flat = torch.empty(sum(s.num_bytes for s in specs), dtype=torch.uint8, device=device)
+            copy_into(flat, specs, entries)
+            buckets.append((specs, flat))
+        if self.backend == "nccl":
+            torch.cuda.synchronize()
+        snapshot = _Snapshot(f"collective-v{version:08d}", tuple(buckets))
+        if self._server is None:
+            self._server = _Server(self.folder.root, self.backend, self.host, self.timeout)
+        self._server.snapshot = snapshot
+        self.folder.record(version, snapshot.name, groups_per_step)
+
+    def point(self, version: int, groups_per_step: int) -> None:
+        """Publish ``version`` with the newest weights, unchanged."""
+        current = self.latest()
+        if current is None:
+            raise RuntimeError(f"nothing published in {self.folder.root} yet")
+        self.folder.record(version, Path(current.key).name, groups_per_step)
+
+    def finish(self, version: int) -> None:
+        """The trainer published its last version."""
+        self.folder.finish(version)
+
+    def close(self) -> None:
+        """Stop serving (the trainer's end; its thread is a daemon otherwise)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    @property
+    def transfers(self) -> list[dict[str, Any]]:
+        """The trainer's transfers so far: explorer, version, bytes, seconds."""
+        return [] if self._server is None else list(self._server.transfers)
+
+    # -- an explorer's side -----------------------------------------------------------
+
+    def latest(self) -> Published | None:
+        """The newest published version (None: nothing published yet)."""
+        return self.folder.latest()
+
+    def finished(self) -> int | None:
+        """The trainer's last version, once it has finished (None: still training)."""
+        return self.folder.finished()
+
+    def read(self, published: Published) -> Iterator[tuple[str, torch.Tensor]]:
+        """The tensors of ``published``, bucket by bucket, on this process's device.
+
+        Raises:
+            WeightsGoneError: The trainer no longer holds that version (a newer one
+                replaced it, or the trainer restarted), or its server does not answer;
+                raised before any tensor is yielded.
+            RuntimeError: A transfer that broke off midway (the trainer died).
+        """
+        import torch.distributed as dist
+
+        path = self.folder.root / ADDRESS
+        if not path.is_file():
+            raise WeightsGoneError(f"no weight server address in {path} yet")
+        address = json.loads(path.read_text())
+        try:
+            store = dist.TCPStore(
+                address["host"],
+                int(address["port"]),
+                is_master=False,
+                timeout=timedelta(seconds=self.timeout),
+                wait_for_workers=False,
+            )
+        except (RuntimeError, OSError) as error:
+            raise WeightsGoneError(
+                f"the trainer's weight server at {address['host']}:{address['port']} does not "
+                f"answer ({error})"
+            ) from error
+        number = store.add(_REQUESTS, 1)
+        asker = f"{socket.gethostname()}:{os.getpid()}"
+        store.set(f"r{number}/want", json.dumps({"name": Path(published.key).name, "by": asker}))
+        store.wait([f"r{number}/layout"], timedelta(seconds=self.timeout))
+        layout = json.loads(store.get(f"r{number}/layout"))
+        if layout.get("gone"):
+            raise WeightsGoneError(
+                f"version {published.version}'s weights are no longer served (the trainer "
+                f"holds {layout.get('holds')})"
+            )
+        nccl = self.backend == "nccl"
+        device = torch.device("cuda", torch.cuda.current_device()) if nccl else None
+        buckets = [
+            (tuple(TensorSpec(n, d, tuple(s), o, a) for n, d, s, o, a in specs), size)
+            for specs, size in layout["buckets"]
+        ]
+        targets = {spec.alias_of for specs, _ in buckets for spec in specs if spec.alias_of}
+        group = _group(self.backend, dist.PrefixStore(f"r{number}/", store), 1, self.timeout)
+        kept: dict[str, torch.Tensor] = {}
+        try:
+            for specs, size in buckets:
+                flat = torch.empty(size, dtype=torch.uint8, device=device or "cpu")
+                _broadcast(group, flat)
+                for name, tensor in spec_views(flat, specs):
+                    if name in targets:
+                        kept[name] = tensor
+                    yield name, tensor
+                for spec in specs:
+                    if spec.alias_of is not None:
+                        yield spec.name, kept[spec.alias_of]
+        finally:
+            _close(group)
+
+
+class _Server:
+    """The trainer's thread that answers explorers' requests, one at a time."""
+
+    def __init__(self, root: Path, backend: str, host: str, timeout: float) -> None:
+        import torch.distributed as dist
+
+        self.backend, self.timeout = backend, timeout
+        self.store = dist.TCPStore(
+            host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout)
+        )
+        root.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(
+            root / ADDRESS, {"host": host, "port": self.store.port, "pid": os.getpid()}
+        )
+        self.snapshot: _Snapshot | None = None
+        self.transfers: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="agentgym-weights", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.timeout + 5)
+
+    def _serve(self) -> None:
+        served = 0
+        waiting_since: float | None = None
+        while not self._stop.is_set():
+            if self.store.add(_REQUESTS, 0) <= served:
+                self._stop.wait(0.02)
+                continue
+            number = served + 1
+            if not self.store.check([f"r{number}/want"]):
+                waiting_since = waiting_since or time.monotonic()
+                if time.monotonic() - waiting_since < REQUEST_GRACE:
+                    self._stop.wait(0.02)
+                    continue
+                served, waiting_since = number, None  # its explorer died before asking
+                continue
+            served, waiting_since = number, None
+            try:
+                self._answer(number)
+            except Exception as error:  # that transfer is lost, the next one is served
+                print(f"weight server: request {number} failed: {error}", file=sys.stderr)
+
+    def _answer(self, number: int) -> None:
+        import torch.distributed as dist
+
+        want = json.loads(self.store.get(f"r{number}/want"))
+        snapshot = self.snapshot  # a newer store() may replace it: this transfer keeps its own
+        if snapshot is None or snapshot.name != want["name"]:
+            holds = None if snapshot is None else snapshot.name
+            self.store.set(f"r{number}/layout", json.dumps({"gone": True, "holds": holds}))
+            return
+        layout = [
+            [
+                [[s.name, s.dtype, list(s.shape), s.offset, s.alias_of] for s in specs],
+                int(flat.numel()),
+            ]
+            for specs, flat in snapshot.buckets
+        ]
+        self.store.set(f"r{number}/layout", json.dumps({"buckets": layout}))
+        started = time.perf_counter()
+        group = _group(self.backend, dist.PrefixStore(f"r{number}/", self.store), 0, self.timeout)
+        try:
+            for _, flat in snapshot.buckets:
+                _broadcast(group, flat)
+            if self.backend == "nccl":
+                torch.cuda.synchronize()
+        finally:
+            _close(group)
+        self.transfers.append(
+            {
+                "explorer": want["by"],
+                "weights": snapshot.name,
+                "bytes": snapshot.num_bytes,
+                "seconds": time.perf_counter() - started,
+            }
+        )
+
+
+def _group(backend: str, store: Any, rank: int, timeout: float) -> Any:
+    """A two-rank process group over ``store`` (no global ``init_process_group``)."""
+    import torch.distributed as dist
+
+    if backend == "gloo":
+        return dist.ProcessGroupGloo(store, rank, 2, timedelta(seconds=timeout))
+    options = dist.ProcessGroupNCCL.Options()
+    options._timeout = timedelta(seconds=timeout)
+    return dist.ProcessGroupNCCL(store, rank, 2, options)
+
+
+def _broadcast(group: Any, flat: torch.Tensor) -> None:
+    import torch.distributed as dist
+
+    options = dist.BroadcastOptions()
+    options.rootRank, options.rootTensor = 0, 0
+    group.broadcast([flat], options).wait()
+
+
+def _close(group: Any) -> None:
+    shutdown = getattr(group, "shutdown", None)
+    if shutdown is not None:
+        with contextlib.suppress(Exception):  # a group whose peer is gone may refuse
+            shutdown()
+
+
+def _own_address() -> str:
+    """This host's address as other hosts see it (loopback when it has no other)."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
