@@ -165,14 +165,12 @@ every process opens, one that the job's Ray actor serves (no shared filesystem),
 UNBUILT_BUFFER_STORAGE: dict[str, str] = {}
 """Trinity-RFT's other storage types, with what to use instead (none left)."""
 
-SYNC_METHODS = ("checkpoint", "memory")
+SYNC_METHODS = ("checkpoint", "memory", "nccl")
 """``synchronizer.sync_method``: how explorers get the trainer's weights: versioned
-folders in the job folder, or the job's Ray actor (no shared filesystem)."""
+folders in the job folder, the job's Ray actor (no shared filesystem), or from the
+trainer's GPU to each explorer's over a process group per transfer."""
 
-UNBUILT_SYNC_METHODS = {
-    "nccl": "synchronizer.sync_method=nccl needs GPUs and is not built; use checkpoint (a "
-    "shared filesystem) or memory (a Ray cluster)",
-}
+UNBUILT_SYNC_METHODS: dict[str, str] = {}
 """Trinity-RFT's other sync methods, with what to use instead."""
 
 

@@ -244,6 +244,14 @@ def check_decoupled(config: TrainConfig) -> None:
             raise ConfigError(unbuilt[value])
         if value not in built:
             raise ConfigError(f"{key}={value!r} is not one of {[*built, *unbuilt]}")
+    if config.synchronizer.sync_method == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "synchronizer.sync_method=nccl needs GPUs (torch sees no CUDA device); use "
+                "checkpoint (a shared filesystem) or memory (a Ray cluster)"
+            )
     if config.mode == "explore" and config.is_use_additional_prompts:
         raise ConfigError(
             "mode=explore writes every complete group to the buffer: is_use_additional_prompts "

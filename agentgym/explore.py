@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -192,7 +192,19 @@ def _load(
         WeightsGoneError: When a newer version replaced it on a memory channel first.
     """
     started = time.perf_counter()
-    loop.run_until_complete(parts.backend.update_weights(parts.weights.read(published)))
+    arrived = 0
+
+    def counted() -> Iterator[tuple[str, Any]]:
+        nonlocal arrived
+        for entry in parts.weights.read(published):
+            arrived += 1
+            yield entry
+
+    try:
+        loop.run_until_complete(parts.backend.update_weights(counted()))
+    except WeightsGoneError as gone:
+        gone.partial = arrived > 0  # the engines hold part of it: load a whole version
+        raise
     log(
         f"explorer {parts.name}: loaded version {published.version} in "
         f"{time.perf_counter() - started:.2f} s"
@@ -215,7 +227,9 @@ def _load_newer(
         return current
     try:
         return _load(parts, loop, current, log)
-    except WeightsGoneError:  # replaced while we read it: the next look finds the newer
+    except WeightsGoneError as gone:  # replaced while we read it: the next look finds it
+        if gone.partial:  # unless the engines hold part of it: no sample from a mix
+            return _first_weights(parts, loop, log)
         return loaded
 
 
@@ -254,6 +268,8 @@ def _sync(
     return newer
 
 
+GONE_RETRY_SECONDS = 0.5
+"""The pause before loading the newest weights again after a version went away."""
 HEARTBEAT_SECONDS = 5.0
 """How often a playing explorer tells the buffer it is alive."""
 
@@ -285,6 +301,7 @@ def _first_weights(
         try:
             return _load(parts, loop, _wait_for_weights(parts, log), log)
         except WeightsGoneError:  # replaced while we read it: take the newer
+            time.sleep(GONE_RETRY_SECONDS)
             continue
 
 

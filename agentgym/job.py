@@ -57,11 +57,16 @@ def experience_buffer(config: TrainConfig) -> JobBuffer:
 
 def weight_channel(config: TrainConfig) -> WeightChannel:
     """Where the job's trainer publishes weights (``synchronizer.sync_method``): folders
-    in the job folder (``checkpoint``) or the job's Ray actor (``memory``)."""
+    in the job folder (``checkpoint``), the job's Ray actor (``memory``), or the
+    trainer's serving thread (``nccl``, its address in the job folder)."""
     if config.synchronizer.sync_method == "memory":
         from agentgym.rollout.ray_job import MemoryChannel
 
         return MemoryChannel(job_name(config), address=config.ray_address)
+    if config.synchronizer.sync_method == "nccl":
+        from agentgym.rollout.collective_weights import CollectiveChannel
+
+        return CollectiveChannel(job_dir(config), backend="nccl")
     return FolderChannel(job_dir(config))
 
 

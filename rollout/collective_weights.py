@@ -50,6 +50,9 @@ ADDRESS = "collective.json"
 """The trainer's weight server address, in ``<job>/weights/``."""
 TRANSFER_TIMEOUT = 300.0
 """Seconds either side waits for the other in one transfer before giving it up."""
+CONNECT_TIMEOUT = 10.0
+"""Seconds an explorer tries to reach the trainer's server (a restarted trainer serves
+on another port: the explorer reads the address again on its next try)."""
 REQUEST_GRACE = 30.0
 """Seconds the server waits for a request's details before skipping it (its explorer
 died between taking a number and asking)."""
@@ -160,9 +163,8 @@ class CollectiveChannel:
 
         Raises:
             WeightsGoneError: The trainer no longer holds that version (a newer one
-                replaced it, or the trainer restarted), or its server does not answer;
-                raised before any tensor is yielded.
-            RuntimeError: A transfer that broke off midway (the trainer died).
+                replaced it, or the trainer restarted), or its server does not answer
+                (before any tensor is yielded), or the transfer broke off midway.
         """
         import torch.distributed as dist
 
@@ -175,9 +177,10 @@ class CollectiveChannel:
                 address["host"],
                 int(address["port"]),
                 is_master=False,
-                timeout=timedelta(seconds=self.timeout),
+                timeout=timedelta(seconds=CONNECT_TIMEOUT),
                 wait_for_workers=False,
             )
+            store.set_timeout(timedelta(seconds=self.timeout))
         except (RuntimeError, OSError) as error:
             raise WeightsGoneError(
                 f"the trainer's weight server at {address['host']}:{address['port']} does not "
@@ -205,7 +208,12 @@ class CollectiveChannel:
         try:
             for specs, size in buckets:
                 flat = torch.empty(size, dtype=torch.uint8, device=device or "cpu")
-                _broadcast(group, flat)
+                try:
+                    _broadcast(group, flat)
+                except RuntimeError as error:  # the trainer died or gave up on us
+                    raise WeightsGoneError(
+                        f"the transfer of version {published.version} broke off: {error}"
+                    ) from error
                 for name, tensor in spec_views(flat, specs):
                     if name in targets:
                         kept[name] = tensor

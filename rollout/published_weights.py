@@ -41,7 +41,11 @@ KEEP = 3
 
 
 class WeightsGoneError(RuntimeError):
-    """A channel no longer holds the version asked for (a newer one replaced it)."""
+    """A channel no longer holds the version asked for (a newer one replaced it), or
+    its transfer broke off."""
+
+    partial = False
+    """Set by the explorer when part of the version had reached its engines."""
 
 
 @dataclass(frozen=True)

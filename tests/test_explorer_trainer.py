@@ -193,7 +193,7 @@ def test_a_trainer_without_explorers_fails_naming_them(tmp_path: Path, cache: Pa
     ("override", "message"),
     [
         ("mode=serve", "use mode=explore"),
-        ("synchronizer.sync_method=nccl", "needs GPUs and is not built; use checkpoint"),
+        ("synchronizer.sync_method=nccl", r"needs GPUs \(torch sees no CUDA device\); use check"),
         ("synchronizer.sync_method=online", "nccl needs GPUs"),  # Trinity's alias
         ("buffer.storage_type=jsonl", r"not one of \['sql', 'queue', 'file'\]"),
         ("mode=expolre", r"not one of \['both', 'explore', 'train', 'bench'"),

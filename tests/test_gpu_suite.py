@@ -19,8 +19,10 @@ ITEMS = {
     "megatron_tp1": ["tokens_per_s", "tflops", "mfu", "step_s", "grad_norm"],
     "megatron_planned": ["tokens_per_s", "tflops", "mfu", "step_s", "grad_norm"],
     "torch_step": ["tokens_per_s", "tflops", "mfu", "step_s", "grad_norm"],
+    "fsdp2_step": ["tokens_per_s", "tflops", "mfu", "step_s", "grad_norm"],
     "generation": ["tokens_per_s", "new_tokens"],
     "weight_sync": ["sync_s", "pack_s", "transfer_s", "load_s", "megabytes", "buckets"],
+    "decoupled_sync": ["checkpoint_publish_s", "checkpoint_sync_s", "nccl_sync_s", "megabytes"],
     "async_ratio": ["ratio0_step_s", "ratio1_step_s", "speedup"],
 }
 
@@ -54,11 +56,16 @@ def test_dry_run_gives_every_item_its_figures(tmp_path: Path) -> None:
     settings = report["settings"]
     assert generation["new_tokens"] == settings["gen_batch"] * settings["gen_new_tokens"]
     tokens = settings["samples"] * settings["seq_len"]
-    for name in ("megatron_tp1", "megatron_planned", "torch_step"):
+    for name in ("megatron_tp1", "megatron_planned", "torch_step", "fsdp2_step"):
         figures = rows[name]["figures"]
         assert figures["tokens_per_s"] * figures["step_s"] == pytest.approx(tokens)
         assert figures["grad_norm"] > 0  # the step trains: the loss has a gradient
     assert "layout" in rows["megatron_planned"]["figures"]
+    # the same first step in both strategies (same weights, batch, loss): the same gradient
+    torch_norm = rows["torch_step"]["figures"]["grad_norm"]
+    assert rows["fsdp2_step"]["figures"]["grad_norm"] == pytest.approx(torch_norm, rel=1e-4)
+    decoupled = rows["decoupled_sync"]["figures"]
+    assert decoupled["megabytes"] == pytest.approx(sync["megabytes"], rel=0.01)  # every byte
     # the table printed last names every item
     for name in ITEMS:
         assert f"| {name} | ok |" in done.stdout

@@ -16,18 +16,21 @@ from typing import Any
 import torch
 
 from .async_ratio import async_ratio
+from .decoupled import decoupled_sync
 from .engine import generation, peak, weight_sync
 from .models import DRY, GPU, Settings
 from .runner import Context, Item, Row, run_item, table
-from .training import megatron_planned, megatron_tp1, torch_step
+from .training import fsdp2_step, megatron_planned, megatron_tp1, torch_step
 
 ITEMS: dict[str, tuple[Item, float]] = {
     "peak": (peak, 0.03),
     "megatron_tp1": (megatron_tp1, 0.17),
     "megatron_planned": (megatron_planned, 0.17),
     "torch_step": (torch_step, 0.15),
+    "fsdp2_step": (fsdp2_step, 0.15),
     "generation": (generation, 0.12),
     "weight_sync": (weight_sync, 0.12),
+    "decoupled_sync": (decoupled_sync, 0.10),
     "async_ratio": (async_ratio, 0.24),
 }
 """Item name -> (function, its weight in the time left). ``peak`` runs first: MFU needs it."""
@@ -40,8 +43,9 @@ def parser() -> argparse.ArgumentParser:
     """The command line."""
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.gpu",
-        description="The GPU suite: Megatron and torch train steps (tokens/s, MFU), HF "
-        "generation, weight sync, async ratio 0 vs 1; one table, also as JSON.",
+        description="The GPU suite: Megatron, torch and FSDP2 train steps (tokens/s, MFU, "
+        "peak memory), HF generation, weight sync in process and between a decoupled "
+        "job's processes, async ratio 0 vs 1; one table, also as JSON.",
     )
     p.add_argument("--minutes", type=float, default=8.0, help="the whole suite's time budget")
     p.add_argument(

@@ -99,6 +99,9 @@ def _measure_step(
     micro_batch_size: int,
 ) -> dict[str, float]:
     s = ctx.settings
+    cuda = s.device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     strategy = build()
     batch = random_batch(s.samples, s.seq_len, shape.vocab_size, s.device)
     parts = [
@@ -125,6 +128,8 @@ def _measure_step(
     }
     if ctx.peak_tflops:
         figures["mfu"] = figures["tflops"] / ctx.peak_tflops
+    if cuda:  # the strategy's weights, gradients, optimizer state and the step's peak
+        figures["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     return figures
 
 
@@ -204,3 +209,29 @@ def torch_step(ctx: Context, deadline: Deadline) -> dict[str, Any]:
         )
 
     return _measure_step(ctx, deadline, ctx.shape(s.train_shape), build, s.micro_batch_size)
+
+
+def fsdp2_step(ctx: Context, deadline: Deadline) -> dict[str, Any]:
+    """The FSDP2 strategy's step (``fsdp2_train``, full sharding over this process's
+    devices: one here) on the same shape, batch and micro-batches as ``torch_step``."""
+    from agentgym.trainers.strategies.fsdp2.strategy import FSDP2Strategy
+    from agentgym.trainers.strategies.optim import OptimizerConfig
+
+    s = ctx.settings
+    path = ctx.model(s.train_shape)
+
+    def build() -> Any:
+        return FSDP2Strategy(
+            path,
+            dtype=s.dtype,
+            device=s.device,
+            optimizer=OptimizerConfig(learning_rate=1e-6),
+            micro_batch_size=s.micro_batch_size,
+            attn_implementation="sdpa",
+            reshard_after_forward=True,
+        )
+
+    shape = ctx.shape(s.train_shape)
+    figures: dict[str, Any] = _measure_step(ctx, deadline, shape, build, s.micro_batch_size)
+    figures["layout"] = "full sharding, reshard_after_forward=true"
+    return figures

@@ -1,0 +1,74 @@
+"""An explorer whose weight transfer breaks off after part of a version reached its
+engines loads a whole version before it generates again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from agentgym.explore import _load_newer
+from agentgym.rollout.published_weights import Published, WeightsGoneError
+
+NAMES = ("a", "b", "c")
+
+
+class BreakingChannel:
+    """Publishes version 2; its first transfer breaks off after ``arrive`` tensors."""
+
+    def __init__(self, arrive: int) -> None:
+        self.arrive = arrive
+        self.reads = 0
+
+    def latest(self) -> Published:
+        return Published(2, "v2", 1)
+
+    def read(self, published: Published) -> Iterator[tuple[str, torch.Tensor]]:
+        self.reads += 1
+        for count, name in enumerate(NAMES):
+            if self.reads == 1 and count == self.arrive:
+                raise WeightsGoneError("the transfer broke off")
+            yield name, torch.full((2,), float(published.version))
+
+
+class RecordingEngine:
+    def __init__(self) -> None:
+        self.weights: dict[str, float] = dict.fromkeys(NAMES, 1.0)  # version 1's
+
+    async def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        for name, tensor in weights:
+            self.weights[name] = float(tensor[0])
+
+
+def parts(channel: BreakingChannel, engine: RecordingEngine) -> Any:
+    return SimpleNamespace(
+        name="e", weights=channel, backend=engine, sync_timeout=5.0, job_dir=Path(".")
+    )
+
+
+def test_a_transfer_broken_midway_is_followed_by_a_whole_version() -> None:
+    channel, engine = BreakingChannel(arrive=1), RecordingEngine()
+    loop = asyncio.new_event_loop()
+    try:
+        loaded = _load_newer(parts(channel, engine), loop, Published(1, "v1", 1), print)
+    finally:
+        loop.close()
+    assert loaded.version == 2
+    assert engine.weights == dict.fromkeys(NAMES, 2.0)  # no mix of versions 1 and 2
+    assert channel.reads == 2
+
+
+def test_a_version_gone_before_any_tensor_keeps_the_loaded_one_for_now() -> None:
+    channel, engine = BreakingChannel(arrive=0), RecordingEngine()
+    loop = asyncio.new_event_loop()
+    try:
+        loaded = _load_newer(parts(channel, engine), loop, Published(1, "v1", 1), print)
+    finally:
+        loop.close()
+    assert loaded.version == 1
+    assert engine.weights == dict.fromkeys(NAMES, 1.0)
+    assert channel.reads == 1
