@@ -247,7 +247,13 @@ def check_decoupled(config: TrainConfig) -> None:
     if config.synchronizer.sync_method == "nccl":
         import torch
 
-        if not torch.cuda.is_available():
+        from agentgym.rollout.collective_weights import collective_backend
+
+        try:
+            backend = collective_backend()
+        except ValueError as error:
+            raise ConfigError(str(error)) from error
+        if backend == "nccl" and not torch.cuda.is_available():
             raise ConfigError(
                 "synchronizer.sync_method=nccl needs GPUs (torch sees no CUDA device); use "
                 "checkpoint (a shared filesystem) or memory (a Ray cluster)"

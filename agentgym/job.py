@@ -64,9 +64,9 @@ def weight_channel(config: TrainConfig) -> WeightChannel:
 
         return MemoryChannel(job_name(config), address=config.ray_address)
     if config.synchronizer.sync_method == "nccl":
-        from agentgym.rollout.collective_weights import CollectiveChannel
+        from agentgym.rollout.collective_weights import CollectiveChannel, collective_backend
 
-        return CollectiveChannel(job_dir(config), backend="nccl")
+        return CollectiveChannel(job_dir(config), backend=collective_backend())
     return FolderChannel(job_dir(config))
 
 

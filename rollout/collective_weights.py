@@ -59,6 +59,24 @@ died between taking a number and asking)."""
 _REQUESTS = "requests"
 
 
+COLLECTIVE_BACKEND = "AGENTGYM_COLLECTIVE_BACKEND"
+"""Environment variable: ``gloo`` runs ``sync_method=nccl``'s channel over gloo, on the
+CPU (tests, and a job tried out on a machine without GPUs); unset: NCCL."""
+
+
+def collective_backend() -> str:
+    """The process-group backend of ``sync_method=nccl``: NCCL, or what
+    :data:`COLLECTIVE_BACKEND` names (``gloo``).
+
+    Raises:
+        ValueError: When the variable names another backend.
+    """
+    backend = os.environ.get(COLLECTIVE_BACKEND, "nccl")
+    if backend not in ("nccl", "gloo"):
+        raise ValueError(f"{COLLECTIVE_BACKEND}={backend!r}: use nccl or gloo")
+    return backend
+
+
 @dataclass(frozen=True)
 class _Snapshot:
     """One published version, packed: each bucket's layout and its bytes on the device."""

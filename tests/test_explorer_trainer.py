@@ -102,21 +102,32 @@ def assert_staleness_within(folder: Path, bound: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("first", "schedule", "versions"),
+    ("first", "schedule", "versions", "sync"),
     [
         # one step off-policy: the explorer plays a batch ahead of each version
-        ("explore", "synchronizer.sync_offset=1", {0, 1, 2, 3}),
-        # a version every 2 steps (and the last): explorers never hold an odd one but 3
-        ("train", "synchronizer.sync_interval=2", {0, 2, 3}),
+        ("explore", "synchronizer.sync_offset=1", {0, 1, 2, 3}, "checkpoint"),
+        # a version every 2 steps (and the last): explorers never hold an odd one but 3;
+        # weights from the trainer's memory over a process group (nccl's channel, gloo)
+        ("train", "synchronizer.sync_interval=2", {0, 2, 3}, "nccl"),
     ],
 )
 def test_explorer_and_trainer_started_in_either_order(
-    tmp_path: Path, cache: Path, first: str, schedule: str, versions: set[int]
+    tmp_path: Path,
+    cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    first: str,
+    schedule: str,
+    versions: set[int],
+    sync: str,
 ) -> None:
+    from agentgym.rollout.collective_weights import COLLECTIVE_BACKEND
+
+    monkeypatch.setenv(COLLECTIVE_BACKEND, "gloo")  # the processes inherit it
     second = "train" if first == "explore" else "explore"
-    processes = {first: start(tmp_path, cache, first, "max_steps=3", schedule)}
+    settings = ("max_steps=3", schedule, f"synchronizer.sync_method={sync}")
+    processes = {first: start(tmp_path, cache, first, *settings)}
     time.sleep(3)
-    processes[second] = start(tmp_path, cache, second, "max_steps=3", schedule)
+    processes[second] = start(tmp_path, cache, second, *settings)
     for mode, process in processes.items():
         finish(process, tmp_path / f"{mode}.log")
     assert_each_group_once(tmp_path, 3)
@@ -132,6 +143,13 @@ def test_explorer_and_trainer_started_in_either_order(
     assert all(row["time/explorer_wait"] >= 0 for row in batches)
     validated = {step for step, row in explored.items() if "val/all/success" in row}
     assert {0, 3} <= validated and validated & {2, 3}  # version 2 or the next one loaded
+    weights = tmp_path / "jobs" / "p" / "job" / "weights"
+    on_disk = sorted(p.name for p in weights.glob("v*"))
+    if sync == "nccl":  # no weights on disk: each version went from process to process
+        assert on_disk == [] and (weights / "collective.json").is_file()
+        assert "loaded version 2" in (tmp_path / "explore.log").read_text()
+    else:
+        assert on_disk
 
 
 def wait_for(path: Path, timeout: float = 240) -> None:
