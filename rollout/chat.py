@@ -142,6 +142,7 @@ class ChatTokenizer:
         }
         self._backend = tokenizer.backend_tokenizer
         self._prefixes = _Memo()  # text -> ids of the text before a conversation's first reply
+        self._openings = _Memo()  # opening messages -> their ids with the generation prompt
         self._checks = _Memo()
 
     # -- text ---------------------------------------------------------------------
@@ -223,7 +224,12 @@ class ChatTokenizer:
     ) -> list[int]:
         """Ids of the opening messages (system prompt, first observation) and generation
         prompt (a group's members share one tokenization)."""
-        return self._encode_prefix(self.render(messages, tools=tools, add_generation_prompt=True))
+        key = _conversation_key(messages, tools)
+        found = self._openings.get(key)
+        if found is None:
+            text = self.render(messages, tools=tools, add_generation_prompt=True)
+            found = self._openings.remember(key, tuple(self._encode_prefix(text)))
+        return list(found)
 
     def _encode_prefix(self, text: str) -> list[int]:
         """:meth:`encode`, remembered: for the opening text that a group's members (and

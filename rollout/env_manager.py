@@ -326,20 +326,26 @@ class EnvManager:
         if not self.fixed_seeds:
             self.cursor += self.num_groups * self.max_traj_per_env
         first_round = first // self.num_groups
+        seeds: dict[int, int] = {}  # a group's members share their group's seed
         return [
             [
-                self._assignment(slot, first_round + r, first + r * self.num_groups)
+                self._assignment(slot, first_round + r, first + r * self.num_groups, seeds)
                 for r in range(self.max_traj_per_env)
             ]
             for slot in self.slots
         ]
 
-    def _assignment(self, slot: EnvSlot, round_number: int, round_start: int) -> Assignment:
+    def _assignment(
+        self, slot: EnvSlot, round_number: int, round_start: int, seeds: dict[int, int]
+    ) -> Assignment:
         number = round_start + slot.group_index
         task_index = None
         if slot.task_indexed:
             task_index = round_number * self.tag_groups[slot.tag] + self.tag_ranks[slot.group_index]
-        return Assignment(slot, self._seed(number), number, task_index)
+        seed = seeds.get(number)
+        if seed is None:
+            seed = seeds[number] = self._seed(number)
+        return Assignment(slot, seed, number, task_index)
 
     def _seed(self, group_number: int) -> int:
         stream = 1 if self.fixed_seeds else 0

@@ -90,6 +90,12 @@ def parser() -> argparse.ArgumentParser:
         help="the fraction of the peak a step reaches (stated, not measured)",
     )
     p.add_argument(
+        "--layer-pass-ms",
+        type=float,
+        default=2.85,
+        help="milliseconds each layer adds per micro-batch beyond its FLOPs (fit on an H100)",
+    )
+    p.add_argument(
         "--reserve-gib",
         type=float,
         default=4.0,
@@ -114,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.peak_tflops,
         args.efficiency,
         reserve_gib=args.reserve_gib,
+        layer_pass_seconds=args.layer_pass_ms / 1000,
     )
     work = Workload(
         args.seq_len,
