@@ -155,6 +155,7 @@ def run(cfg: DictConfig) -> None:
     from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
     from agentgym.job import weight_channel
     from agentgym.plot import plot_validation, read_metrics
+    from agentgym.rollout.published_weights import WeightPublisher
     from agentgym.trainers.grpo import train
     from agentgym.trainers.tracking import CONSOLE_LOG_FILE, METRICS_FILE
 
@@ -190,7 +191,11 @@ def run(cfg: DictConfig) -> None:
             )
             train(grpo, parts, resume=config.resume_from_checkpoint)
             if config.mode == "train":  # the explorers may end after the last version
-                weight_channel(config).finish(config.max_steps)
+                publisher = parts.backend
+                if isinstance(publisher, WeightPublisher):  # its channel holds the newest
+                    publisher.finish(config.max_steps)
+                else:
+                    weight_channel(config).finish(config.max_steps)
     except KeyboardInterrupt as interrupt:  # TrainingInterruptedError, or before train()
         sys.exit(stopping.report(interrupt))
     log = output_dir / CONSOLE_LOG_FILE

@@ -14,12 +14,14 @@ serves one explorer and hangs when one restarts), each transfer has its own grou
 and a timeout: explorers join, leave and restart freely, and an explorer that dies
 mid-transfer costs the trainer's serving thread one timeout, never a training step.
 Versions, the newest's name and the trainer's end are recorded as for
-``checkpoint`` (``LATEST.json``, no weights on disk), so the job folder must be on a
-filesystem every process reaches.
+``checkpoint`` (``LATEST.json``; the weights go to disk only for the last version, at
+the trainer's end, for explorers that load it after the trainer is gone), so the job
+folder must be on a filesystem every process reaches.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -118,6 +120,8 @@ class CollectiveChannel:
         self.timeout = timeout
         self.host = host or os.environ.get("MASTER_ADDR") or _own_address()
         self._server: _Server | None = None
+        self._snapshot: _Snapshot | None = None
+        self._groups_per_step = 1
 
     on_device = True
     """The publisher hands this channel the trainer's tensors where they are (no copy
@@ -141,7 +145,8 @@ class CollectiveChannel:
         snapshot = _Snapshot(f"collective-v{version:08d}", tuple(buckets))
         if self._server is None:
             self._server = _Server(self.folder.root, self.backend, self.host, self.timeout)
-        self._server.snapshot = snapshot
+        self._server.snapshot = self._snapshot = snapshot
+        self._groups_per_step = groups_per_step
         self.folder.record(version, snapshot.name, groups_per_step)
 
     def point(self, version: int, groups_per_step: int) -> None:
@@ -149,14 +154,25 @@ class CollectiveChannel:
         current = self.latest()
         if current is None:
             raise RuntimeError(f"nothing published in {self.folder.root} yet")
+        self._groups_per_step = groups_per_step
         self.folder.record(version, Path(current.key).name, groups_per_step)
 
     def finish(self, version: int) -> None:
-        """The trainer published its last version."""
+        """The trainer published its last version: it is written to the job folder too
+        (as ``checkpoint`` writes every version), so that explorers still load it once
+        this process, and its server, are gone."""
+        snapshot = self._snapshot  # kept after close(): the recipe closes its engine first
+        if snapshot is not None:
+            tensors: dict[str, torch.Tensor] = {}
+            for specs, flat in snapshot.buckets:
+                tensors |= {name: t.cpu() for name, t in spec_views(flat, specs)}
+                tensors |= {s.name: tensors[s.alias_of].clone() for s in specs if s.alias_of}
+            self.folder.store(version, tensors, self._groups_per_step)
         self.folder.finish(version)
 
     def close(self) -> None:
-        """Stop serving (the trainer's end; its thread is a daemon otherwise)."""
+        """Stop serving (the trainer's end); the newest version is kept for
+        :meth:`finish`."""
         if self._server is not None:
             self._server.close()
             self._server = None
@@ -186,6 +202,9 @@ class CollectiveChannel:
         """
         import torch.distributed as dist
 
+        if not Path(published.key).name.startswith("collective-"):  # the last, on disk
+            yield from self.folder.read(published)
+            return
         path = self.folder.root / ADDRESS
         if not path.is_file():
             raise WeightsGoneError(f"no weight server address in {path} yet")
@@ -204,11 +223,15 @@ class CollectiveChannel:
                 f"the trainer's weight server at {address['host']}:{address['port']} does not "
                 f"answer ({error})"
             ) from error
-        number = store.add(_REQUESTS, 1)
-        asker = f"{socket.gethostname()}:{os.getpid()}"
-        store.set(f"r{number}/want", json.dumps({"name": Path(published.key).name, "by": asker}))
-        store.wait([f"r{number}/layout"], timedelta(seconds=self.timeout))
-        layout = json.loads(store.get(f"r{number}/layout"))
+        try:
+            number = store.add(_REQUESTS, 1)
+            asker = f"{socket.gethostname()}:{os.getpid()}"
+            want = {"name": Path(published.key).name, "by": asker}
+            store.set(f"r{number}/want", json.dumps(want))
+            store.wait([f"r{number}/layout"], timedelta(seconds=self.timeout))
+            layout = json.loads(store.get(f"r{number}/layout"))
+        except RuntimeError as error:  # the trainer ended or died meanwhile
+            raise WeightsGoneError(f"the trainer's weight server went away ({error})") from error
         if layout.get("gone"):
             raise WeightsGoneError(
                 f"version {published.version}'s weights are no longer served (the trainer "
@@ -262,10 +285,15 @@ class _Server:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="agentgym-weights", daemon=True)
         self._thread.start()
+        atexit.register(self.close)  # the store's own threads must not outlive the interpreter
 
     def close(self) -> None:
+        """Stop serving and release the store (its listening thread with it)."""
         self._stop.set()
         self._thread.join(timeout=self.timeout + 5)
+        self.snapshot = None
+        self.store = None  # type: ignore[assignment]
+        atexit.unregister(self.close)
 
     def _serve(self) -> None:
         served = 0
@@ -351,7 +379,13 @@ def _close(group: Any) -> None:
 
 
 def _own_address() -> str:
-    """This host's address as other hosts see it (loopback when it has no other)."""
+    """This host's address as other hosts see it: the one its default route leaves from
+    (a UDP socket's connect sends nothing), else its name's, else loopback."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("10.255.255.255", 1))
+        address = str(probe.getsockname()[0])
+        if not address.startswith("0."):
+            return address
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:

@@ -203,5 +203,12 @@ class WeightPublisher:
         self.channel.point(version, self.groups_per_step)
         self.version = version
 
+    def finish(self, version: int) -> None:
+        """The trainer's last version is ``version``: the channel says so to explorers."""
+        self.channel.finish(version)
+
     async def close(self) -> None:
-        """Nothing to release."""
+        """Release what the channel holds (a serving thread: ``nccl``)."""
+        close = getattr(self.channel, "close", None)
+        if close is not None:
+            close()

@@ -137,3 +137,22 @@ def test_no_server_yet_is_gone_not_a_crash(tmp_path: Path) -> None:
     side = channel(tmp_path)
     with pytest.raises(WeightsGoneError, match="no weight server"):
         next(side.read(Published(0, "collective-v00000000", 1)))
+
+
+def test_the_last_version_outlives_the_trainer_on_disk(tmp_path: Path) -> None:
+    trainer = channel(tmp_path)
+    trainer.store(1, weights(1.0), groups_per_step=2)
+    trainer.store(2, weights(2.0), groups_per_step=2)
+    served = trainer.latest()
+    trainer.close()  # the recipe closes its engine (the publisher) before it finishes
+    trainer.finish(2)
+    assert served is not None
+    with pytest.raises(WeightsGoneError):  # a version only the server held is gone
+        next(channel(tmp_path).read(served))
+    status, version, received = run_explorer(tmp_path)
+    assert (status, version) == ("ok", 2)
+    expected = weights(2.0)
+    got = tensors(received)
+    assert got.keys() == expected.keys()
+    assert all(torch.equal(got[name], tensor) for name, tensor in expected.items())
+    assert channel(tmp_path).finished() == 2
