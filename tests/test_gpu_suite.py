@@ -18,6 +18,7 @@ ITEMS = {
     "peak": ["tflops"],
     "megatron_tp1": ["tokens_per_s", "tflops", "mfu", "step_s", "grad_norm"],
     "megatron_planned": ["tokens_per_s", "tflops", "mfu", "step_s", "grad_norm"],
+    "planner_fit": ["fits_estimate_gib", "fits_ran", "usable_gib"],
     "torch_step": ["tokens_per_s", "tflops", "mfu", "step_s", "grad_norm"],
     "fsdp2_step": ["tokens_per_s", "tflops", "mfu", "step_s", "grad_norm"],
     "generation": ["tokens_per_s", "new_tokens"],

@@ -20,12 +20,13 @@ from .decoupled import decoupled_sync
 from .engine import generation, peak, weight_sync
 from .models import DRY, GPU, Settings
 from .runner import Context, Item, Row, run_item, table
-from .training import fsdp2_step, megatron_planned, megatron_tp1, torch_step
+from .training import fsdp2_step, megatron_planned, megatron_tp1, planner_fit, torch_step
 
 ITEMS: dict[str, tuple[Item, float]] = {
     "peak": (peak, 0.03),
     "megatron_tp1": (megatron_tp1, 0.17),
     "megatron_planned": (megatron_planned, 0.17),
+    "planner_fit": (planner_fit, 0.12),
     "torch_step": (torch_step, 0.15),
     "fsdp2_step": (fsdp2_step, 0.15),
     "generation": (generation, 0.12),

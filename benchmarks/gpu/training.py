@@ -235,3 +235,57 @@ def fsdp2_step(ctx: Context, deadline: Deadline) -> dict[str, Any]:
     figures: dict[str, Any] = _measure_step(ctx, deadline, shape, build, s.micro_batch_size)
     figures["layout"] = "full sharding, reshard_after_forward=true"
     return figures
+
+
+def _layout_name(layout: Layout) -> str:
+    return (
+        f"tp={layout.tp} pp={layout.pp} recompute={layout.recompute} mbs={layout.micro_batch_size}"
+    )
+
+
+def planner_fit(ctx: Context, deadline: Deadline) -> dict[str, Any]:
+    """``agentgym plan`` against the card's memory (issue 31's line): of the layouts it
+    keeps for one device, the one it estimates nearest the card's memory trains a step
+    without running out; of those it refuses for memory alone, the one nearest to
+    fitting runs out (on the CPU nothing is refused for memory: that half is skipped)."""
+    s = ctx.settings
+    shape = ctx.shape(s.train_shape)
+    devices = Devices(
+        count=1,
+        memory_gib=ctx.device_memory_gib(),
+        per_node=1,
+        peak_tflops=ctx.peak_tflops or 989.0,
+    )
+    work = Workload(seq_len=s.seq_len, rollout_batch_size=s.samples, dtype=s.dtype)
+    plans = search(shape, devices, work)
+    kept = [plan for plan in plans if not plan.refused]
+    if not kept:
+        raise RuntimeError(f"the planner keeps no layout for {shape.name} on this device")
+    fullest = max(kept, key=lambda plan: plan.peak_gib)
+    figures: dict[str, Any] = {
+        "fits_layout": _layout_name(fullest.layout),
+        "fits_estimate_gib": fullest.peak_gib,
+        "usable_gib": devices.memory_gib - devices.reserve_gib,
+    }
+    measured = _megatron(ctx, deadline, fullest.layout)
+    figures["fits_ran"] = 1.0
+    if "peak_gib" in measured:
+        figures["fits_measured_gib"] = measured["peak_gib"]
+    for_memory = [
+        plan
+        for plan in plans
+        if plan.refused and all(reason.startswith("memory") for reason in plan.refused)
+    ]
+    if not for_memory:
+        figures["refused"] = "skipped: no layout refused for memory alone on this device"
+        return figures
+    tightest = min(for_memory, key=lambda plan: plan.peak_gib)
+    figures["refused_layout"] = _layout_name(tightest.layout)
+    figures["refused_estimate_gib"] = tightest.peak_gib
+    ctx.release()
+    try:
+        _megatron(ctx, deadline, tightest.layout)
+        figures["refused_ran_out"] = 0.0  # the planner refused a layout that fits
+    except torch.cuda.OutOfMemoryError:
+        figures["refused_ran_out"] = 1.0
+    return figures
