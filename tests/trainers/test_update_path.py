@@ -151,5 +151,6 @@ def test_trainer_logprobs_are_at_the_sampling_temperature(tiny_model_dir: Path) 
         logits = trainer.model(input_ids=batch.input_ids).logits.float()[:, :-1] / 0.7
     expected = torch.log_softmax(logits, -1).gather(-1, batch.input_ids[:, 1:, None])[..., 0]
     got = trainer.logprobs(batch)[:, 1:]
-    real = batch.attention_mask[:, 1:].bool()
-    torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=1e-5)
+    scored = batch.loss_mask[:, 1:].bool()  # the trainer's log-probabilities: 0 off the mask
+    torch.testing.assert_close(got[scored], expected[scored], atol=1e-5, rtol=1e-5)
+    assert torch.all(got[~scored] == 0)

@@ -71,7 +71,7 @@ def test_four_data_parallel_ranks_on_ray_take_six_rows(
     single = TorchStrategy(qwen_dir, **SETTINGS)
     batch = ragged_batch(0)  # 6 rows: shares of 2, 2, 1, 1; 3 rows: 1, 1, 1, 0
     first = batch.rows(slice(0, 3), width=14)
-    expected = [single.logprobs(part) * part.attention_mask for part in (batch, first)]
+    expected = [single.logprobs(part) * part.loss_mask for part in (batch, first)]
     single_run: Any = two_steps(single)  # 6 micro-batches a mini-batch: 8 on 4 replicas
     plan = plan_placement({"actor_train": [0, 1, 2, 3]}, num_nodes=1, num_gpus_per_node=0)
     group = start_rank_group(
@@ -86,7 +86,7 @@ def test_four_data_parallel_ranks_on_ray_take_six_rows(
     )
     try:
         for part, logprobs in zip((batch, first), expected, strict=True):
-            got = group.logprobs(part) * part.attention_mask
+            got = group.logprobs(part) * part.loss_mask  # the torch strategy's: 0 off it
             torch.testing.assert_close(got, logprobs, rtol=1e-5, atol=1e-5)
         assert_same_run(single_run, two_steps(group))
     finally:
