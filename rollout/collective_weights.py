@@ -11,8 +11,9 @@ trainer (rank 0) to the explorer (rank 1). Training goes on meanwhile.
 
 Trinity-RFT sets up one group of the trainer's rank 0 and the engines of the one
 explorer its config names (``explorer.name``) before syncing; its users report it
-hangs when a side restarts. Here each transfer has its own group and a timeout: explorers join, leave and restart freely, and an explorer that dies
-mid-transfer costs the trainer's serving thread one timeout, never a training step.
+hangs when a side restarts. Here each transfer has its own group and a timeout:
+explorers join, leave and restart freely, and an explorer that dies mid-transfer
+costs the trainer's serving thread one timeout, never a training step.
 Versions, the newest's name and the trainer's end are recorded as for
 ``checkpoint`` (``LATEST.json``; the weights go to disk only for the last version, at
 the trainer's end, for explorers that load it after the trainer is gone), so the job

@@ -190,49 +190,44 @@ def megatron_planned(ctx: Context, deadline: Deadline) -> dict[str, Any]:
     return _megatron(ctx, deadline, layout)
 
 
-def torch_step(ctx: Context, deadline: Deadline) -> dict[str, Any]:
-    """The torch strategy's step on the same shape, batch and micro-batches as TP=1."""
+def _hf_strategy_step(ctx: Context, deadline: Deadline, kind: type, **options: Any) -> Any:
+    """A step of a strategy that trains the Hugging Face model (torch, FSDP2) on the
+    same shape, batch and micro-batches as TP=1."""
     from agentgym.trainers.strategies.optim import OptimizerConfig
-    from agentgym.trainers.strategies.torch_strategy import TorchStrategy
 
     s = ctx.settings
     path = ctx.model(s.train_shape)
 
     def build() -> Any:
-        return TorchStrategy(
+        return kind(
             path,
             dtype=s.dtype,
             device=s.device,
             optimizer=OptimizerConfig(learning_rate=1e-6),
             micro_batch_size=s.micro_batch_size,
             attn_implementation="sdpa",
+            **options,
         )
 
     return _measure_step(ctx, deadline, ctx.shape(s.train_shape), build, s.micro_batch_size)
+
+
+def torch_step(ctx: Context, deadline: Deadline) -> dict[str, Any]:
+    """The torch strategy's step on the same shape, batch and micro-batches as TP=1."""
+    from agentgym.trainers.strategies.torch_strategy import TorchStrategy
+
+    figures: dict[str, Any] = _hf_strategy_step(ctx, deadline, TorchStrategy)
+    return figures
 
 
 def fsdp2_step(ctx: Context, deadline: Deadline) -> dict[str, Any]:
     """The FSDP2 strategy's step (``fsdp2_train``, full sharding over this process's
     devices: one here) on the same shape, batch and micro-batches as ``torch_step``."""
     from agentgym.trainers.strategies.fsdp2.strategy import FSDP2Strategy
-    from agentgym.trainers.strategies.optim import OptimizerConfig
 
-    s = ctx.settings
-    path = ctx.model(s.train_shape)
-
-    def build() -> Any:
-        return FSDP2Strategy(
-            path,
-            dtype=s.dtype,
-            device=s.device,
-            optimizer=OptimizerConfig(learning_rate=1e-6),
-            micro_batch_size=s.micro_batch_size,
-            attn_implementation="sdpa",
-            reshard_after_forward=True,
-        )
-
-    shape = ctx.shape(s.train_shape)
-    figures: dict[str, Any] = _measure_step(ctx, deadline, shape, build, s.micro_batch_size)
+    figures: dict[str, Any] = _hf_strategy_step(
+        ctx, deadline, FSDP2Strategy, reshard_after_forward=True
+    )
     figures["layout"] = "full sharding, reshard_after_forward=true"
     return figures
 

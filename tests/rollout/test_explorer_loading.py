@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import torch
 
 from agentgym.explore import _load_newer
@@ -50,25 +51,20 @@ def parts(channel: BreakingChannel, engine: RecordingEngine) -> Any:
     )
 
 
-def test_a_transfer_broken_midway_is_followed_by_a_whole_version() -> None:
-    channel, engine = BreakingChannel(arrive=1), RecordingEngine()
+@pytest.mark.parametrize(
+    ("arrive", "version", "reads"),
+    [
+        (1, 2, 2),  # broken after part of version 2 arrived: version 2 again, whole
+        (0, 1, 1),  # gone before any tensor: version 1 kept for now, untouched
+    ],
+)
+def test_a_broken_transfer_leaves_no_mix_of_versions(arrive: int, version: int, reads: int) -> None:
+    channel, engine = BreakingChannel(arrive=arrive), RecordingEngine()
     loop = asyncio.new_event_loop()
     try:
         loaded = _load_newer(parts(channel, engine), loop, Published(1, "v1", 1), print)
     finally:
         loop.close()
-    assert loaded.version == 2
-    assert engine.weights == dict.fromkeys(NAMES, 2.0)  # no mix of versions 1 and 2
-    assert channel.reads == 2
-
-
-def test_a_version_gone_before_any_tensor_keeps_the_loaded_one_for_now() -> None:
-    channel, engine = BreakingChannel(arrive=0), RecordingEngine()
-    loop = asyncio.new_event_loop()
-    try:
-        loaded = _load_newer(parts(channel, engine), loop, Published(1, "v1", 1), print)
-    finally:
-        loop.close()
-    assert loaded.version == 1
-    assert engine.weights == dict.fromkeys(NAMES, 1.0)
-    assert channel.reads == 1
+    assert loaded.version == version
+    assert engine.weights == dict.fromkeys(NAMES, float(version))
+    assert channel.reads == reads
