@@ -3,7 +3,9 @@
 Supported families: Qwen2/Qwen2.5 (qkv bias), Llama (``attention_bias``) and
 Qwen3 (q/k RMSNorm): grouped-query attention, RMSNorm, SwiGLU, RoPE with the
 config's theta, tied or untied embeddings. The layer spec is megatron-core's
-local one (no Transformer Engine); it runs on the CPU under
+local one (no Transformer Engine) with its core attention through PyTorch's fused
+kernels (:class:`~agentgym.trainers.strategies.megatron.attention.SdpaAttention`,
+unless ``attention_backend`` is ``local`` or ``unfused``); it runs on the CPU under
 :func:`~agentgym.trainers.strategies.megatron.cpu.cpu_mode`.
 """
 
@@ -37,8 +39,10 @@ def attention_backend(environ: Mapping[str, str]) -> str:
     ``NVTE_FUSED_ATTN`` and ``NVTE_UNFUSED_ATTN`` (ROLL's files set them in a role's
     ``system_envs``), by ROLL's rule (``mcore_adapter``'s
     ``check_and_get_attention_backend_by_env``): megatron-core asserts that the variables
-    agree with the backend, so ``auto`` fails once one of them is 0. The local layer spec
-    here computes attention the same way under any backend.
+    agree with the backend, so ``auto`` fails once one of them is 0. Without Transformer
+    Engine, ``auto``, ``flash`` and ``fused`` run PyTorch's fused attention kernels (no
+    ``s × s`` matrix kept); ``local`` and ``unfused`` run megatron-core's own
+    ``DotProductAttention``, which keeps the scores and probabilities.
 
     Returns:
         ``local``, ``flash``, ``fused``, ``unfused`` or ``auto``.
@@ -169,7 +173,11 @@ def build_gpt_model(hf_config: Any, config: Any, *, vp_stage: int | None = None)
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
+    from agentgym.trainers.strategies.megatron.attention import FUSED_BACKENDS, SdpaAttention
+
     spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization="RMSNorm")
+    if config.attention_backend.name in FUSED_BACKENDS:
+        spec.submodules.self_attention.submodules.core_attention = SdpaAttention
     rope = getattr(hf_config, "rope_parameters", None) or {}
     theta = rope.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
     return GPTModel(
