@@ -1,9 +1,10 @@
 """What each spawned rank of tests/test_plan.py runs: the Megatron strategy in several
 layouts, one training step each, and the bytes its parameters, gradients and optimizer
-state occupy on this rank."""
+state occupy on this rank; and the activation peak of a memory profile of a step."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +63,40 @@ def every_layout(
         dist.all_gather_object(gathered, megatron_memory(dealt.strategy))
         measured[name] = gathered
     return measured
+
+
+def activation_peak(step: Callable[[], None]) -> int:
+    """The peak of the ACTIVATION category of torch.profiler's memory profile over
+    ``step`` (a forward and backward): the bytes of tensors made in the forward and read
+    by the backward, classified from the profiled data flow."""
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX as INDEX
+    from torch.profiler._memory_profiler import Category, MemoryProfileTimeline
+
+    with profile(
+        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+    ) as prof:
+        step()
+    _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
+    column = INDEX[Category.ACTIVATION] + 1  # column 0 is the timeline's own
+    return max(row[column] for row in sizes)
+
+
+def megatron_activation_peak(
+    rank: int, world: int, folder: Path, batch: Any, recompute: str | None
+) -> int:
+    """:func:`activation_peak` of the Megatron strategy's forward (its own model call and
+    log-probabilities) and backward on one rank, its model in training mode."""
+    from agentgym.trainers.strategies.megatron.cpu import device_mode
+    from tests.trainers.megatron.ranks import megatron
+
+    strategy = megatron(folder, rank, world, recompute_granularity=recompute).strategy
+    (model,) = strategy.model if isinstance(strategy.model, list) else [strategy.model]
+    model.train()
+
+    def step() -> None:  # the logits live no longer than in the strategy's own step
+        outputs = strategy._outputs(strategy._forward(model, batch), batch, with_entropy=False)
+        (outputs.logprobs * batch.loss_mask).sum().backward()
+
+    with device_mode():
+        return activation_peak(step)

@@ -16,7 +16,7 @@ from agentgym.plan.command import main
 from agentgym.plan.memory import state_bytes, total_parameters
 from agentgym.plan.search import roll_batch_rule
 from agentgym.trajectory import RolloutBatch
-from tests.plan_ranks import storage_bytes
+from tests.plan_ranks import activation_peak, storage_bytes
 
 SMALL: dict[str, Any] = {
     "vocab_size": 1000,
@@ -130,42 +130,50 @@ def full_batch(rows: int, width: int, vocab: int) -> RolloutBatch:
     )
 
 
-def profiled_activation_peak(folder: Path, rows: int, width: int, checkpointing: bool) -> int:
-    """The peak of the ACTIVATION category of torch.profiler's memory profile over one
-    forward and backward of the torch strategy: the bytes of tensors made in the forward
-    and read by the backward, classified from the profiled data flow."""
-    from torch.profiler import ProfilerActivity, profile
-    from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX as INDEX
-    from torch.profiler._memory_profiler import Category, MemoryProfileTimeline
-
+def torch_activation_peak(folder: Path, batch: RolloutBatch, recompute: str) -> int:
+    """:func:`~tests.plan_ranks.activation_peak` of the torch strategy's forward and
+    backward."""
     from agentgym.trainers.strategies.torch_strategy import TorchStrategy, forward
 
-    strategy = TorchStrategy(folder, gradient_checkpointing=checkpointing)
+    strategy = TorchStrategy(folder, gradient_checkpointing=recompute == "full")
     strategy.model.train()
-    batch = full_batch(rows, width, SMALL["vocab_size"])
-    with profile(
-        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
-    ) as prof:
+
+    def step() -> None:
         outputs = forward(strategy.model, batch, temperature=0.7)
         (outputs.logprobs * batch.loss_mask).sum().backward()
-    _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
-    column = INDEX[Category.ACTIVATION] + 1  # column 0 is the timeline's own
-    return max(row[column] for row in sizes)
+
+    return activation_peak(step)
 
 
-@pytest.mark.parametrize("recompute", ["none", "full"])
+@pytest.mark.parametrize(
+    ("strategy", "recompute"),
+    [("torch", "none"), ("torch", "full"), ("megatron", "none"), ("megatron", "full")],
+)
 def test_activation_estimate_is_within_a_quarter_of_the_profiled_peak(
-    folders: dict[str, Path], recompute: str
+    folders: dict[str, Path], strategy: str, recompute: str
 ) -> None:
     rows, width = 4, 256
-    measured = profiled_activation_peak(folders["small"], rows, width, recompute == "full")
+    batch = full_batch(rows, width, SMALL["vocab_size"])
+    if strategy == "torch":
+        measured = torch_activation_peak(folders["small"], batch, recompute)
+    else:
+        pytest.importorskip("megatron.core")
+        from tests.plan_ranks import megatron_activation_peak
+        from tests.trainers.megatron.launch import spawn
+
+        granularity = None if recompute == "none" else recompute
+        measured = spawn(1, megatron_activation_peak, folders["small"], batch, granularity)
     planned = activation_bytes(
         load_shape(str(folders["small"])),
         Layout(recompute=recompute, micro_batch_size=rows),
         width,
         dtype="float32",
     )
-    print(json.dumps({"recompute": recompute, "planned": planned, "measured": measured}))
+    print(
+        json.dumps(
+            {"strategy": strategy, "recompute": recompute, "planned": planned, "measured": measured}
+        )
+    )
     assert close(planned, measured, 0.25), (planned, measured)
 
 

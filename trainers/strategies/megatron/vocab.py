@@ -3,18 +3,88 @@
 Each tensor-parallel rank holds a slice of the vocabulary's logits; the
 log-softmax needs only three all-reduces of ``[B, T]`` tensors (the max, the
 sum of exponentials, the picked logit), so the full ``[B, T, V]`` is never
-gathered. The sums go through megatron-core's
-``reduce_from_tensor_model_parallel_region`` (all-reduce forward, identity
-backward), which is the exact gradient of a sum of per-rank terms.
+gathered, and the backward pass needs none: each rank's slice of the gradient is
+``(1[v = target] − p_v) / temperature`` times the upstream gradient, which is the
+same on every rank.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 Reduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+class _VocabParallelLogprobs(torch.autograd.Function):
+    """Log p(target) (and the entropy) with one ``[B, T, V_local]`` fp32 tensor: the
+    logits are copied once to fp32, and scaled, masked, shifted, exponentiated and
+    normalized in place into the softmax, which the backward pass reuses in place (as
+    megatron-core's ``vocab_parallel_cross_entropy`` does). The gradient of each rank's
+    slice needs no communication: the upstream gradients are the same on every rank."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        logits: torch.Tensor,
+        targets: torch.Tensor,
+        vocab_start: int,
+        vocab_size: int,
+        temperature: float,
+        reduce_sum: Reduce,
+        reduce_max: Reduce,
+        with_entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        probs = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+        probs.copy_(logits)
+        scale = 1.0 / temperature if temperature > 0 and temperature != 1.0 else 1.0
+        if scale != 1.0:
+            probs.mul_(scale)
+        local = probs.shape[-1]
+        ids = torch.arange(vocab_start, vocab_start + local, device=probs.device)  # [V_local]
+        padding = ids >= vocab_size
+        if bool(padding.any()):
+            probs.masked_fill_(padding, float("-inf"))
+        probs.sub_(reduce_max(probs.max(-1).values)[..., None])  # shifted
+        mine = (targets >= vocab_start) & (targets < vocab_start + local)  # [B, T]
+        index = (targets - vocab_start).clamp(0, local - 1)
+        picked = probs.gather(-1, index[..., None])[..., 0]
+        picked = reduce_sum(torch.where(mine, picked, torch.zeros_like(picked)))
+        probs.exp_()
+        total = reduce_sum(probs.sum(-1))  # [B, T]
+        probs.div_(total[..., None])  # the softmax
+        logprobs = picked - total.log()
+        entropy = (
+            reduce_sum(-torch.special.xlogy(probs, probs).sum(-1))
+            if with_entropy
+            else logprobs.new_zeros(())
+        )
+        ctx.save_for_backward(probs, index, mine, entropy if with_entropy else None)
+        ctx.scale, ctx.logits_dtype = scale, logits.dtype
+        if not with_entropy:
+            ctx.mark_non_differentiable(entropy)
+        return logprobs, entropy
+
+    @staticmethod
+    def backward(
+        ctx: Any, grad_logprobs: torch.Tensor, grad_entropy: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, ...]:
+        probs, index, mine, entropy = ctx.saved_tensors
+        grad = probs  # reused in place: the graph is not run backward twice
+        if entropy is not None and grad_entropy is not None:
+            # dH/ds_v = -p_v (log p_v + H), s the scaled logits
+            weight = torch.special.xlogy(probs, probs).add_(probs * entropy[..., None])
+            grad = weight.mul_(-grad_entropy[..., None]).sub_(probs * grad_logprobs[..., None])
+        else:
+            grad.mul_(-grad_logprobs[..., None])  # d log p(target)/ds_v = 1[v = target] - p_v
+        grad.scatter_add_(
+            -1, index[..., None], torch.where(mine, grad_logprobs, 0.0)[..., None].to(grad.dtype)
+        )
+        if ctx.scale != 1.0:
+            grad.mul_(ctx.scale)
+        return (grad.to(ctx.logits_dtype), None, None, None, None, None, None, None)
 
 
 def vocab_parallel_logprobs(
@@ -30,6 +100,9 @@ def vocab_parallel_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log p(target) and the entropy, from this rank's vocabulary slice.
 
+    Memory: one fp32 ``[B, T, V_local]`` tensor (the softmax) besides ``logits``, kept
+    for the backward pass; the entropy adds a transient one.
+
     Args:
         logits: ``[B, T, V_local]`` this rank's logits for vocabulary ids
             ``vocab_start .. vocab_start + V_local``.
@@ -37,33 +110,14 @@ def vocab_parallel_logprobs(
         vocab_start: The first vocabulary id of this rank's slice.
         vocab_size: The true vocabulary size (ids past it are padding rows).
         temperature: Logits are divided by it when it is > 0 and != 1.
-        reduce_sum: Sum over the TP ranks (differentiable).
+        reduce_sum: Sum over the TP ranks (no gradient needed).
         reduce_max: Max over the TP ranks (no gradient needed).
         with_entropy: Also return the entropy.
 
     Returns:
         ``[B, T]`` log-probabilities, and ``[B, T]`` entropies or None.
     """
-    logits = logits.float()
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    local = logits.shape[-1]
-    ids = torch.arange(vocab_start, vocab_start + local, device=logits.device)  # [V_local]
-    padding = ids >= vocab_size
-    if bool(padding.any()):
-        logits = logits.masked_fill(padding, float("-inf"))
-    peak = reduce_max(logits.detach().max(-1).values)  # [B, T]
-    shifted = logits - peak[..., None]  # [B, T, V_local]
-    exp = shifted.exp()
-    total = reduce_sum(exp.sum(-1))  # [B, T]
-    mine = (targets >= vocab_start) & (targets < vocab_start + local)  # [B, T]
-    index = (targets - vocab_start).clamp(0, local - 1)
-    picked = shifted.gather(-1, index[..., None])[..., 0]  # [B, T]
-    picked = reduce_sum(torch.where(mine, picked, torch.zeros_like(picked)))
-    logprobs = picked - total.log()
-    if not with_entropy:
-        return logprobs, None
-    # H = log Z - sum_v p_v * shifted_v
-    weighted = torch.where(padding, torch.zeros_like(shifted), exp * shifted)  # [B, T, V_local]
-    entropy = total.log() - reduce_sum(weighted.sum(-1)) / total
-    return logprobs, entropy
+    logprobs, entropy = _VocabParallelLogprobs.apply(
+        logits, targets, vocab_start, vocab_size, temperature, reduce_sum, reduce_max, with_entropy
+    )
+    return logprobs, entropy if with_entropy else None
