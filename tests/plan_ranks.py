@@ -66,9 +66,12 @@ def every_layout(
 
 
 def activation_peak(step: Callable[[], None]) -> int:
-    """The peak of the ACTIVATION category of torch.profiler's memory profile over
-    ``step`` (a forward and backward): the bytes of tensors made in the forward and read
-    by the backward, classified from the profiled data flow."""
+    """The peak over ``step`` (a forward and backward) of torch.profiler's memory
+    profile, less the parameters, gradients and optimizer state: the activations kept
+    for the backward pass and everything transient (recomputed layers, the gradients
+    flowing back, the head's copies) that the planner's activation estimate must cover.
+    (The profile's ACTIVATION category alone misses what recomputation makes in the
+    backward pass.)"""
     from torch.profiler import ProfilerActivity, profile
     from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX as INDEX
     from torch.profiler._memory_profiler import Category, MemoryProfileTimeline
@@ -78,8 +81,9 @@ def activation_peak(step: Callable[[], None]) -> int:
     ) as prof:
         step()
     _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
-    column = INDEX[Category.ACTIVATION] + 1  # column 0 is the timeline's own
-    return max(row[column] for row in sizes)
+    state = (Category.PARAMETER, Category.GRADIENT, Category.OPTIMIZER_STATE)
+    columns = [i + 1 for c, i in INDEX.items() if c not in state]  # column 0: the time
+    return max(sum(row[c] for c in columns) for row in sizes)
 
 
 def megatron_activation_peak(

@@ -159,9 +159,11 @@ def layer_activation_elements(shape: ModelShape, layout: Layout) -> dict[str, fl
     the attention and MLP terms; sequence parallelism splits the norms too.
 
     Returns:
-        ``norms``, ``attention``, ``mlp`` and ``stored`` (what the recomputation keeps:
-        everything for none, all but the log-sum-exp for selective, the layer input for
-        full).
+        ``norms``, ``attention``, ``mlp``, ``all``, ``stored`` (what the recomputation
+        keeps: everything for none, all but the log-sum-exp for selective, the layer
+        input for full) and ``backward`` (the gradients that pass through the layer's
+        SwiGLU in its backward pass at once: the down projection's input, silu(gate)
+        and up, then the gate's and the fused gate/up output's, 4f).
     """
     h, t = shape.hidden_size, layout.tp
     sp = t if layout.sequence_parallel else 1
@@ -174,16 +176,24 @@ def layer_activation_elements(shape: ModelShape, layout: Layout) -> dict[str, fl
         "selective": full - shape.num_heads / t,
         "full": h / sp,
     }[layout.recompute]
-    return {"norms": norms, "attention": attention, "mlp": mlp, "all": full, "stored": stored}
+    return {
+        "norms": norms,
+        "attention": attention,
+        "mlp": mlp,
+        "all": full,
+        "stored": stored,
+        "backward": mlp,
+    }
 
 
 def head_activation_bytes(shape: ModelShape, layout: Layout, dtype: str) -> float:
-    """Bytes per token the last stage keeps after the layers: the final norm (3h) and
-    the fp32 log-softmax over the (TP-split) vocabulary that the log-probabilities
-    are gathered from."""
+    """Bytes per token the last stage holds at its peak after the layers: the final norm
+    (3h), the logits in the parameter dtype and the one fp32 softmax over the (TP-split)
+    vocabulary the log-probabilities are computed in (in the backward pass: that softmax
+    turned gradient, and the logits' gradient)."""
     sp = layout.tp if layout.sequence_parallel else 1
     vocab = padded_vocab_size(shape.vocab_size, layout.tp) / layout.tp
-    return 3 * shape.hidden_size / sp * DTYPE_BYTES[dtype] + 4 * vocab
+    return 3 * shape.hidden_size / sp * DTYPE_BYTES[dtype] + (DTYPE_BYTES[dtype] + 4) * vocab
 
 
 def activation_bytes(
@@ -200,8 +210,9 @@ def activation_bytes(
     Under 1F1B, stage ``s`` holds ``min(pp - s, micro_batches)`` micro-batches in flight
     (Korthikanti et al. 2022, section 4.2.3). With no or selective recomputation the peak
     is at the end of the last forward; with full recomputation it is the stored layer
-    inputs plus one layer recomputed in backward, or the head if that is larger (the
-    head's activations are freed before the first layer is recomputed).
+    inputs plus one layer recomputed in backward with the gradients passing through it,
+    or the head if that is larger (the head's activations are freed before the first
+    layer is recomputed).
     """
     tokens = layout.micro_batch_size * seq_len / layout.cp
     element = DTYPE_BYTES[dtype]
@@ -213,5 +224,6 @@ def activation_bytes(
     stored = in_flight * (layers * per_layer["stored"] * element + inputs)
     head = head_activation_bytes(shape, layout, dtype) if stage == layout.pp - 1 else 0.0
     if layout.recompute == "full":
-        return tokens * (stored + max(head, per_layer["all"] * element))
+        recomputed = (per_layer["all"] + per_layer["backward"]) * element
+        return tokens * (stored + max(head, recomputed))
     return tokens * (stored + head)

@@ -27,6 +27,7 @@ from agentgym.trainers.strategies.lora import (
     save_adapter,
 )
 from agentgym.trainers.strategies.optim import OptimizerConfig, build_optimizer, optimizer_step
+from agentgym.trainers.strategies.vocab import next_token_logprobs
 from agentgym.trajectory import RolloutBatch
 
 
@@ -57,22 +58,40 @@ def forward(
         position_ids=batch.position_ids,
         use_cache=False,
         **extra,
-    ).logits.float()[:, :-1]  # [B, T-first, V]: position t predicts token t + 1
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    logprobs = torch.log_softmax(logits, -1)  # [B, T-first, V]
-    picked = logprobs.gather(-1, batch.input_ids[:, first:, None])[..., 0]  # [B, T-first]
-    if scored_only:  # the same zeros off the loss mask however the rows were cut
-        picked = picked * batch.loss_mask[:, first:].to(picked.dtype)
-    zeros = picked.new_zeros(picked.shape[0], first)
-    entropy = None
-    if with_entropy:
-        entropy = torch.cat([zeros, -(logprobs.exp() * logprobs).sum(-1)], 1)  # [B, T]
-    full_logits = None
-    if with_logits:
+    ).logits  # [B, T-first+1, V]: position t predicts token t + 1
+    targets = batch.input_ids[:, first:]
+    zeros = logits.new_zeros(logits.shape[0], first, dtype=torch.float32)
+    full_logits = entropy = None
+    if with_logits:  # the tempered logits themselves: written out
+        logits = logits[:, :-1].float()
+        if temperature > 0 and temperature != 1.0:
+            logits = logits / temperature
+        logprobs = torch.log_softmax(logits, -1)  # [B, T-first, V]
+        picked = logprobs.gather(-1, targets[..., None])[..., 0]  # [B, T-first]
+        if with_entropy:
+            entropy = torch.cat([zeros, -(logprobs.exp() * logprobs).sum(-1)], 1)  # [B, T]
         pad = logits.new_zeros(logits.shape[0], first, logits.shape[2])
         full_logits = torch.cat([pad, logits], 1)  # [B, T, V]
+    else:  # one fp32 copy of the logits, in place (see vocab.py)
+        picked, token_entropy = next_token_logprobs(
+            logits,
+            targets,
+            vocab_start=0,
+            vocab_size=logits.shape[-1],
+            temperature=temperature,
+            reduce_sum=_same,
+            reduce_max=_same,
+            with_entropy=with_entropy,
+        )
+        if token_entropy is not None:
+            entropy = torch.cat([zeros, token_entropy], 1)
+    if scored_only:  # the same zeros off the loss mask however the rows were cut
+        picked = picked * batch.loss_mask[:, first:].to(picked.dtype)
     return ModelOutputs(torch.cat([zeros, picked], 1), entropy, full_logits)
+
+
+def _same(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor  # one device holds the whole vocabulary: a sum over it is the sum
 
 
 def _first_scored(batch: RolloutBatch) -> int:

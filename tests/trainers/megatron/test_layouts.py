@@ -13,8 +13,8 @@ pytest.importorskip("megatron.core")
 from agentgym.trainers.strategies.megatron.model import Parallelism
 from agentgym.trainers.strategies.megatron.options import check_options
 from agentgym.trainers.strategies.megatron.parallel import Groups, even_micro_batches
-from agentgym.trainers.strategies.megatron.vocab import vocab_parallel_logprobs
 from agentgym.trainers.strategies.megatron.weights import LAYOUTS, Shapes, tp_merge, tp_shard
+from agentgym.trainers.strategies.vocab import vocab_parallel_logprobs
 
 # 2 query groups of 2 heads, head_dim 1: rows are named by value
 SHAPES = Shapes(

@@ -34,7 +34,6 @@ from agentgym.trainers.strategies.megatron.model import (
     transformer_config,
 )
 from agentgym.trainers.strategies.megatron.options import check_options
-from agentgym.trainers.strategies.megatron.vocab import vocab_parallel_logprobs
 from agentgym.trainers.strategies.megatron.weights import (
     hf_tensors,
     load_hf_weights,
@@ -43,6 +42,7 @@ from agentgym.trainers.strategies.megatron.weights import (
 )
 from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.strategies.torch_strategy import to_device
+from agentgym.trainers.strategies.vocab import next_token_logprobs
 from agentgym.trajectory import RolloutBatch
 
 
@@ -173,8 +173,8 @@ class MegatronStrategy:
         self, logits: torch.Tensor, batch: RolloutBatch, *, with_entropy: bool
     ) -> ModelOutputs:
         """``[B, T]`` logprobs (0 at t = 0) from the last stage's ``[B, T, V_local]`` logits."""
-        logprobs, entropy = vocab_parallel_logprobs(
-            logits[:, :-1],
+        logprobs, entropy = next_token_logprobs(
+            logits,
             batch.input_ids[:, 1:],
             vocab_start=self.groups.tp_rank * logits.shape[-1],
             vocab_size=self.hf_config.vocab_size,

@@ -121,3 +121,16 @@ def vocab_parallel_logprobs(
         logits, targets, vocab_start, vocab_size, temperature, reduce_sum, reduce_max, with_entropy
     )
     return logprobs, entropy if with_entropy else None
+
+
+def next_token_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, **options: Any
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`vocab_parallel_logprobs` of ``targets`` (``[B, T - 1]``) from the
+    ``[B, T, V_local]`` logits of the positions before them, the last position's logits
+    included unsliced: its row gets a zero gradient, where slicing it off would make the
+    backward pass allocate a second full-size gradient. ``options``: the keywords of
+    :func:`vocab_parallel_logprobs`."""
+    padded = torch.nn.functional.pad(targets, (0, 1))
+    logprobs, entropy = vocab_parallel_logprobs(logits, padded, **options)
+    return logprobs[:, :-1], None if entropy is None else entropy[:, :-1]
