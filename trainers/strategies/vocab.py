@@ -62,7 +62,7 @@ class _VocabParallelLogprobs(torch.autograd.Function):
             else logprobs.new_zeros(())
         )
         ctx.save_for_backward(probs, index, mine, entropy if with_entropy else None)
-        ctx.scale, ctx.logits_dtype = scale, logits.dtype
+        ctx.scale, ctx.logits_dtype, ctx.spent = scale, logits.dtype, False
         if not with_entropy:
             ctx.mark_non_differentiable(entropy)
         return logprobs, entropy
@@ -71,8 +71,14 @@ class _VocabParallelLogprobs(torch.autograd.Function):
     def backward(
         ctx: Any, grad_logprobs: torch.Tensor, grad_entropy: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, ...]:
+        if ctx.spent:  # the softmax below became the first pass's gradient
+            raise RuntimeError(
+                "the log-probabilities' backward pass reuses their softmax in place and "
+                "runs once: do not backward through them twice (retain_graph)"
+            )
+        ctx.spent = True
         probs, index, mine, entropy = ctx.saved_tensors
-        grad = probs  # reused in place: the graph is not run backward twice
+        grad = probs
         if entropy is not None and grad_entropy is not None:
             # dH/ds_v = -p_v (log p_v + H), s the scaled logits
             weight = torch.special.xlogy(probs, probs).add_(probs * entropy[..., None])

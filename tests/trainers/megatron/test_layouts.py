@@ -118,6 +118,23 @@ def test_log_softmax_gradients_are_autograds_through_the_plain_formula(
     torch.testing.assert_close(mine.grad, reference.grad, rtol=0, atol=1e-5)
 
 
+def test_log_softmax_refuses_a_second_backward_pass() -> None:
+    # Its softmax becomes the gradient in place: a second pass would read a gradient.
+    logits = torch.randn(2, 3, 5, requires_grad=True)
+    logprob, _ = vocab_parallel_logprobs(
+        logits,
+        torch.zeros(2, 3, dtype=torch.long),
+        vocab_start=0,
+        vocab_size=5,
+        temperature=1.0,
+        reduce_sum=lambda x: x,
+        reduce_max=lambda x: x,
+    )
+    logprob.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="runs once"):
+        logprob.sum().backward()
+
+
 def test_options_that_need_transformer_engine_stop_at_start() -> None:
     with pytest.raises(ValueError, match="sequence_parallel=True needs Transformer Engine"):
         check_options(Parallelism(), sequence_parallel=True, recompute_granularity=None)
