@@ -1,9 +1,10 @@
 """Core attention for the local layer spec through ``torch``'s fused kernels.
 
 megatron-core's local spec computes attention with :class:`DotProductAttention`: it
-materializes the ``[b, heads, s, s]`` scores and probabilities and keeps them for the
-backward pass. That is the ``5 a s² b`` term of Korthikanti et al. and, at micro-batch 8
-and 1,024 tokens of a 1.5B model, some 20 GiB on top of what the planner counts
+materializes the ``[b, heads, s, s]`` scores and keeps the fp32 softmax and the
+probabilities for the backward pass. That is the ``5 a s² b`` term of Korthikanti et
+al. and, at micro-batch 8 and 1,024 tokens of a 1.5B model, some 17 GB on top of what
+the planner counts
 (``docs/plan.md`` assumes a flash kernel). ROLL and verl avoid it with Transformer
 Engine's flash attention; without Transformer Engine, :class:`SdpaAttention` calls
 :func:`torch.nn.functional.scaled_dot_product_attention`, which picks a flash or
