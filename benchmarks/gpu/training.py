@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from agentgym.plan import Devices, Layout, ModelShape, Workload, search
-from agentgym.plan.memory import total_parameters
+from agentgym.plan.memory import activation_bytes, state_bytes, total_parameters
 from agentgym.trajectory import RolloutBatch
 
 from .runner import Context, Deadline, time_reps
@@ -91,12 +91,26 @@ def planned_layout(ctx: Context, shape: ModelShape) -> tuple[Layout, int]:
     return kept[0].layout, kept[0].gradient_accumulation_steps
 
 
+def planned_memory(
+    shape: ModelShape, layout: Layout, strategy: str, dtype: str, seq_len: int, micro_batches: int
+) -> dict[str, float]:
+    """The planner's state and activation GiB for one device of ``layout`` (issue 31's
+    "activation estimate within 25% of ``torch.cuda.max_memory_allocated``")."""
+    state = state_bytes(shape, layout, strategy=strategy, dtype=dtype)
+    activations = activation_bytes(shape, layout, seq_len, dtype=dtype, micro_batches=micro_batches)
+    return {
+        "planned_state_gib": state.total / 2**30,
+        "planned_activation_gib": activations / 2**30,
+    }
+
+
 def _measure_step(
     ctx: Context,
     deadline: Deadline,
     shape: ModelShape,
     build: Callable[[], Any],
     micro_batch_size: int,
+    planned: Callable[[int], dict[str, float]],
 ) -> dict[str, float]:
     s = ctx.settings
     cuda = s.device.startswith("cuda")
@@ -128,8 +142,15 @@ def _measure_step(
     }
     if ctx.peak_tflops:
         figures["mfu"] = figures["tflops"] / ctx.peak_tflops
+    figures.update(planned(len(parts)))
     if cuda:  # the strategy's weights, gradients, optimizer state and the step's peak
         figures["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        # What the step held besides its state, the state as the planner counts it
+        # (checked against the strategies' own tensors within 2% on the CPU).
+        figures["activation_gib"] = figures["peak_gib"] - figures["planned_state_gib"]
+        figures["activation_vs_planned"] = (
+            figures["activation_gib"] / figures["planned_activation_gib"]
+        )
     return figures
 
 
@@ -142,6 +163,7 @@ def _megatron(ctx: Context, deadline: Deadline, layout: Layout | None) -> dict[s
     path = ctx.model(s.train_shape)
     mbs = layout.micro_batch_size if layout else s.micro_batch_size
     recompute = layout.recompute if layout else "none"
+    layout = layout or Layout(micro_batch_size=mbs)
     config = {
         "tensor_model_parallel_size": layout.tp if layout else 1,
         "pipeline_model_parallel_size": layout.pp if layout else 1,
@@ -161,7 +183,14 @@ def _megatron(ctx: Context, deadline: Deadline, layout: Layout | None) -> dict[s
         )
 
     try:
-        figures: dict[str, Any] = _measure_step(ctx, deadline, shape, build, mbs)
+        figures: dict[str, Any] = _measure_step(
+            ctx,
+            deadline,
+            shape,
+            build,
+            mbs,
+            lambda steps: planned_memory(shape, layout, "megatron", s.dtype, s.seq_len, steps),
+        )
     finally:
         _destroy_megatron_groups()
     figures["layout"] = f"tp={config['tensor_model_parallel_size']} recompute={recompute} mbs={mbs}"
@@ -209,7 +238,16 @@ def _hf_strategy_step(ctx: Context, deadline: Deadline, kind: type, **options: A
             **options,
         )
 
-    return _measure_step(ctx, deadline, ctx.shape(s.train_shape), build, s.micro_batch_size)
+    shape = ctx.shape(s.train_shape)
+    layout = Layout(micro_batch_size=s.micro_batch_size)
+    return _measure_step(
+        ctx,
+        deadline,
+        shape,
+        build,
+        s.micro_batch_size,
+        lambda steps: planned_memory(shape, layout, "torch", s.dtype, s.seq_len, steps),
+    )
 
 
 def torch_step(ctx: Context, deadline: Deadline) -> dict[str, Any]:
