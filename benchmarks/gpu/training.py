@@ -161,15 +161,14 @@ def _megatron(ctx: Context, deadline: Deadline, layout: Layout | None) -> dict[s
     s = ctx.settings
     shape = ctx.shape(s.train_shape)
     path = ctx.model(s.train_shape)
-    mbs = layout.micro_batch_size if layout else s.micro_batch_size
-    recompute = layout.recompute if layout else "none"
-    layout = layout or Layout(micro_batch_size=mbs)
+    layout = layout or Layout(micro_batch_size=s.micro_batch_size)
+    mbs, recompute = layout.micro_batch_size, layout.recompute
     config = {
-        "tensor_model_parallel_size": layout.tp if layout else 1,
-        "pipeline_model_parallel_size": layout.pp if layout else 1,
-        "context_parallel_size": layout.cp if layout else 1,
-        "sequence_parallel": layout.sequence_parallel if layout else False,
-        "use_distributed_optimizer": layout.distributed_optimizer if layout else False,
+        "tensor_model_parallel_size": layout.tp,
+        "pipeline_model_parallel_size": layout.pp,
+        "context_parallel_size": layout.cp,
+        "sequence_parallel": layout.sequence_parallel,
+        "use_distributed_optimizer": layout.distributed_optimizer,
         "recompute_granularity": None if recompute == "none" else recompute,
     }
 

@@ -59,32 +59,26 @@ def forward(
         use_cache=False,
         **extra,
     ).logits  # [B, T-first+1, V]: position t predicts token t + 1
-    targets = batch.input_ids[:, first:]
-    zeros = logits.new_zeros(logits.shape[0], first, dtype=torch.float32)
-    full_logits = entropy = None
-    if with_logits:  # the tempered logits themselves: written out
-        logits = logits[:, :-1].float()
+    # One fp32 copy of the logits, worked in place (vocab.py).
+    picked, token_entropy = next_token_logprobs(
+        logits,
+        batch.input_ids[:, first:],
+        vocab_start=0,
+        vocab_size=logits.shape[-1],
+        temperature=temperature,
+        reduce_sum=_same,
+        reduce_max=_same,
+        with_entropy=with_entropy,
+    )  # [B, T-first]
+    zeros = picked.new_zeros(picked.shape[0], first)
+    entropy = None if token_entropy is None else torch.cat([zeros, token_entropy], 1)  # [B, T]
+    full_logits = None
+    if with_logits:  # the tempered logits themselves
+        tempered = logits[:, :-1].float()
         if temperature > 0 and temperature != 1.0:
-            logits = logits / temperature
-        logprobs = torch.log_softmax(logits, -1)  # [B, T-first, V]
-        picked = logprobs.gather(-1, targets[..., None])[..., 0]  # [B, T-first]
-        if with_entropy:
-            entropy = torch.cat([zeros, -(logprobs.exp() * logprobs).sum(-1)], 1)  # [B, T]
-        pad = logits.new_zeros(logits.shape[0], first, logits.shape[2])
-        full_logits = torch.cat([pad, logits], 1)  # [B, T, V]
-    else:  # one fp32 copy of the logits, in place (see vocab.py)
-        picked, token_entropy = next_token_logprobs(
-            logits,
-            targets,
-            vocab_start=0,
-            vocab_size=logits.shape[-1],
-            temperature=temperature,
-            reduce_sum=_same,
-            reduce_max=_same,
-            with_entropy=with_entropy,
-        )
-        if token_entropy is not None:
-            entropy = torch.cat([zeros, token_entropy], 1)
+            tempered = tempered / temperature
+        pad = tempered.new_zeros(tempered.shape[0], first, tempered.shape[2])
+        full_logits = torch.cat([pad, tempered], 1)  # [B, T, V]
     if scored_only:  # the same zeros off the loss mask however the rows were cut
         picked = picked * batch.loss_mask[:, first:].to(picked.dtype)
     return ModelOutputs(torch.cat([zeros, picked], 1), entropy, full_logits)

@@ -42,12 +42,11 @@ class SdpaAttention(DotProductAttention):
             self.config.window_size, self.config.window_attn_skip_freq, self.layer_number
         )
 
-    def _fused_applies(
-        self, attention_mask: torch.Tensor | None, mask_type: AttnMaskType, extras: list[Any]
-    ) -> bool:
+    def _fused_applies(self, attention_mask: torch.Tensor | None, extras: list[Any]) -> bool:
+        # As in the parent, the mask type is the one the module was built with.
         return (
             attention_mask is None
-            and mask_type in (AttnMaskType.causal, AttnMaskType.no_mask)
+            and self.attn_mask_type in (AttnMaskType.causal, AttnMaskType.no_mask)
             and not self._windowed
             and self.softmax_offset is None
             and not (self.training and self.attention_dropout.p > 0)
@@ -65,10 +64,7 @@ class SdpaAttention(DotProductAttention):
         packed_seq_params: Any = None,
     ) -> torch.Tensor:
         """``[sq, b, heads × head_dim]`` from ``[s, b, heads or groups, head_dim]`` inputs."""
-        # As in the parent, the mask type is the one the module was built with.
-        if not self._fused_applies(
-            attention_mask, self.attn_mask_type, [attention_bias, packed_seq_params]
-        ):
+        if not self._fused_applies(attention_mask, [attention_bias, packed_seq_params]):
             return super().forward(
                 query, key, value, attention_mask, attn_mask_type, attention_bias, packed_seq_params
             )
