@@ -37,7 +37,7 @@ def test_dry_run_gives_every_item_its_figures(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["dry_run"] is True
+    assert report["dry_run"] is True and report["complete"] is True
     rows = {row["item"]: row for row in report["items"]}
     assert list(rows) == ["models", *ITEMS]
     for name, keys in ITEMS.items():
@@ -95,7 +95,16 @@ def test_a_failing_item_records_its_error_and_the_suite_goes_on(
         raise RuntimeError("CUDA out of memory (simulated)")
 
     monkeypatch.setitem(cli.ITEMS, "broken", (broken, 0.5))
-    rows = cli.run_suite(["broken", "peak"], settings, 1.0, tmp_path)
+    seen: list[list[str]] = []
+    rows = cli.run_suite(
+        ["broken", "peak"],
+        settings,
+        1.0,
+        tmp_path,
+        lambda so_far: seen.append([r.item for r in so_far]),
+    )
+    # the rows so far after each item: a run cut short keeps what it measured
+    assert seen == [["models"], ["models", "broken"], ["models", "broken", "peak"]]
     assert [(row.item, row.status) for row in rows] == [
         ("models", "ok"), ("broken", "error"), ("peak", "ok"),
     ]  # fmt: skip

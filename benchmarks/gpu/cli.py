@@ -9,7 +9,7 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,10 +104,15 @@ def machine(settings: Settings) -> dict[str, Any]:
 
 
 def run_suite(
-    names: Sequence[str], settings: Settings, minutes: float, work_dir: Path
+    names: Sequence[str],
+    settings: Settings,
+    minutes: float,
+    work_dir: Path,
+    on_row: Callable[[list[Row]], None] = lambda rows: None,
 ) -> list[Row]:
     """Build the models, then run ``names`` one after another, each with its share of
-    the time left."""
+    the time left; ``on_row`` gets the rows so far after each one (a run cut short by
+    its machine's time limit keeps what it measured)."""
     started = time.perf_counter()
     total = minutes * 60
     ctx = Context(settings, work_dir)
@@ -121,6 +126,7 @@ def run_suite(
         setup.status, setup.error = "error", f"{type(error).__name__}: {error}"
     setup.seconds = time.perf_counter() - started
     rows = [setup]
+    on_row(rows)
     for index, name in enumerate(names):
         item, weight = ITEMS[name]
         left = total - (time.perf_counter() - started)
@@ -128,34 +134,43 @@ def run_suite(
         budget = max(left * weight / weights, 1.0)
         print(f"[{name}] budget {budget:.0f} s", flush=True)
         rows.append(run_item(name, item, ctx, budget))
+        print(table(rows[-1:]).splitlines()[-1], flush=True)
+        on_row(rows)
     return rows
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run the suite, print the table, write the JSON; exit 1 when an item failed."""
+    """Run the suite, print each item's row as it ends and the table at the end, write the
+    JSON after each item (``complete`` false until the last); exit 1 when an item failed."""
     args = parser().parse_args(argv)
     names = selected(args.only)
     settings = DRY if args.dry_run else GPU
     if not args.dry_run and not torch.cuda.is_available():
         raise SystemExit("no CUDA device here: run on a GPU machine, or pass --dry-run")
-    with tempfile.TemporaryDirectory(prefix="gpu-suite-") as scratch:
-        work_dir = args.work_dir or Path(scratch)
-        started = time.perf_counter()
-        rows = run_suite(names, settings, args.minutes, work_dir)
-        elapsed = time.perf_counter() - started
-    print(f"\nGPU suite ({'dry run, CPU' if args.dry_run else settings.device}), {elapsed:.0f} s")
-    print(table(rows))
-    if args.json is not None:
+    started = time.perf_counter()
+
+    def write(rows: list[Row]) -> None:
+        if args.json is None:
+            return
         report = {
             "dry_run": args.dry_run,
             "minutes": args.minutes,
-            "seconds": elapsed,
+            "seconds": time.perf_counter() - started,
+            "complete": len(rows) == len(names) + 1,
             "machine": machine(settings),
             "settings": settings.as_dict(),
             "items": [row.as_dict() for row in rows],
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+    with tempfile.TemporaryDirectory(prefix="gpu-suite-") as scratch:
+        rows = run_suite(names, settings, args.minutes, args.work_dir or Path(scratch), write)
+        elapsed = time.perf_counter() - started
+    write(rows)
+    print(f"\nGPU suite ({'dry run, CPU' if args.dry_run else settings.device}), {elapsed:.0f} s")
+    print(table(rows))
+    if args.json is not None:
         print(f"wrote {args.json}")
     if any(row.status != "ok" for row in rows):
         sys.exit(1)
