@@ -65,13 +65,14 @@ def every_layout(
     return measured
 
 
-def activation_peak(step: Callable[[], None]) -> int:
+def activation_peak(step: Callable[[], None], parameters: torch.nn.Module) -> int:
     """The peak over ``step`` (a forward and backward) of torch.profiler's memory
-    profile, less the parameters, gradients and optimizer state: the activations kept
-    for the backward pass and everything transient (recomputed layers, the gradients
-    flowing back, the head's copies) that the planner's activation estimate must cover.
-    (The profile's ACTIVATION category alone misses what recomputation makes in the
-    backward pass.)"""
+    profile, less ``parameters``' bytes and the gradients and optimizer state: the
+    activations kept for the backward pass and everything transient (recomputed layers,
+    the gradients flowing back, the head's copies) that the planner's activation estimate
+    must cover. (The profile's ACTIVATION category alone misses what recomputation makes
+    in the backward pass; its PARAMETER category may also take in a tensor of the step,
+    so the parameters' own bytes are subtracted instead.)"""
     from torch.profiler import ProfilerActivity, profile
     from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX as INDEX
     from torch.profiler._memory_profiler import Category, MemoryProfileTimeline
@@ -81,9 +82,9 @@ def activation_peak(step: Callable[[], None]) -> int:
     ) as prof:
         step()
     _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
-    state = (Category.PARAMETER, Category.GRADIENT, Category.OPTIMIZER_STATE)
-    columns = [i + 1 for c, i in INDEX.items() if c not in state]  # column 0: the time
-    return max(sum(row[c] for c in columns) for row in sizes)
+    weights = sum(p.numel() * p.element_size() for p in parameters.parameters())
+    state = [INDEX[Category.GRADIENT] + 1, INDEX[Category.OPTIMIZER_STATE] + 1]  # 0: the time
+    return max(sum(row[1:]) - weights - sum(row[c] for c in state) for row in sizes)
 
 
 def megatron_activation_peak(
@@ -99,8 +100,11 @@ def megatron_activation_peak(
     model.train()
 
     def step() -> None:  # the logits live no longer than in the strategy's own step
-        outputs = strategy._outputs(strategy._forward(model, batch), batch, with_entropy=False)
+        first = strategy._scored_from(batch)
+        logits = strategy._forward(model, batch, first)
+        outputs = strategy._outputs(logits, batch, with_entropy=False, first=first)
+        del logits
         (outputs.logprobs * batch.loss_mask).sum().backward()
 
     with device_mode():
-        return activation_peak(step)
+        return activation_peak(step, model)

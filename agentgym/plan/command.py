@@ -65,6 +65,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-gib", type=float, default=80.0, help="memory per device")
     p.add_argument("--per-node", type=int, default=8, help="devices per node")
     p.add_argument("--seq-len", type=int, required=True, help="tokens per sample")
+    p.add_argument(
+        "--prompt-len",
+        type=int,
+        default=0,
+        help="tokens before the first scored one in every sample (the shortest first "
+        "prompt): the LM head skips them (default 0: counted on every position)",
+    )
     p.add_argument("--rollout-batch-size", type=int, required=True, help="prompts per step")
     p.add_argument("--num-return-sequences", type=int, default=1, help="samples per prompt")
     p.add_argument(
@@ -122,15 +129,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         reserve_gib=args.reserve_gib,
         layer_pass_seconds=args.layer_pass_ms / 1000,
     )
-    work = Workload(
-        args.seq_len,
-        args.rollout_batch_size,
-        args.num_return_sequences,
-        args.mini_batch_size,
-        args.dtype,
-        args.colocate,
-        args.infer_tp,
-    )
+    try:
+        work = Workload(
+            args.seq_len,
+            args.rollout_batch_size,
+            args.num_return_sequences,
+            args.mini_batch_size,
+            args.dtype,
+            args.colocate,
+            args.infer_tp,
+            args.prompt_len,
+        )
+    except ValueError as error:
+        parser().error(str(error))
     plans = search(shape, devices, work)
     kept = [plan for plan in plans if not plan.refused]
     refused = [plan for plan in plans if plan.refused]

@@ -186,14 +186,28 @@ def layer_activation_elements(shape: ModelShape, layout: Layout) -> dict[str, fl
     }
 
 
-def head_activation_bytes(shape: ModelShape, layout: Layout, dtype: str) -> float:
+def head_activation_bytes(
+    shape: ModelShape, layout: Layout, dtype: str, logit_share: float = 1.0
+) -> float:
     """Bytes per token the last stage holds at its peak after the layers: the final norm
     (3h), the logits in the parameter dtype and the one fp32 softmax over the (TP-split)
     vocabulary the log-probabilities are computed in (in the backward pass: that softmax
-    turned gradient, and the logits' gradient)."""
+    turned gradient, and the logits' gradient), these two on the ``logit_share`` of the
+    positions the head runs on."""
     sp = layout.tp if layout.sequence_parallel else 1
     vocab = padded_vocab_size(shape.vocab_size, layout.tp) / layout.tp
-    return 3 * shape.hidden_size / sp * DTYPE_BYTES[dtype] + (DTYPE_BYTES[dtype] + 4) * vocab
+    norm = 3 * shape.hidden_size / sp * DTYPE_BYTES[dtype]
+    return norm + logit_share * (DTYPE_BYTES[dtype] + 4) * vocab
+
+
+def logit_share(layout: Layout, seq_len: int, prompt_len: int) -> float:
+    """The share of a sample's positions the LM head runs on: from the one before the
+    first scored token on (every strategy skips the prompt before it), or all of them
+    where the hidden states reach the head split along the sequence (sequence or context
+    parallelism)."""
+    if layout.sequence_parallel or layout.cp > 1 or prompt_len <= 1:
+        return 1.0
+    return (seq_len - min(prompt_len, seq_len) + 1) / seq_len
 
 
 def activation_bytes(
@@ -204,8 +218,10 @@ def activation_bytes(
     dtype: str = "bfloat16",
     micro_batches: int = 1,
     stage: int = 0,
+    prompt_len: int = 0,
 ) -> float:
-    """Peak activation bytes on one rank of pipeline stage ``stage``.
+    """Peak activation bytes on one rank of pipeline stage ``stage``, the samples'
+    first ``prompt_len`` tokens scored by no loss (:func:`logit_share`).
 
     Under 1F1B, stage ``s`` holds ``min(pp - s, micro_batches)`` micro-batches in flight
     (Korthikanti et al. 2022, section 4.2.3). With no or selective recomputation the peak
@@ -222,7 +238,8 @@ def activation_bytes(
     # Input ids (int64) and the rotary cos/sin tables (fp32), once per micro-batch.
     inputs = 8 + 2 * shape.head_dim * 4
     stored = in_flight * (layers * per_layer["stored"] * element + inputs)
-    head = head_activation_bytes(shape, layout, dtype) if stage == layout.pp - 1 else 0.0
+    share = logit_share(layout, seq_len, prompt_len)
+    head = head_activation_bytes(shape, layout, dtype, share) if stage == layout.pp - 1 else 0.0
     if layout.recompute == "full":
         recomputed = (per_layer["all"] + per_layer["backward"]) * element
         return tokens * (stored + max(head, recomputed))

@@ -62,6 +62,8 @@ class Workload:
         colocated: Whether the inference engines share the training devices (their weights
             and the rollout's KV cache stay resident: no sleep or offload assumed).
         infer_tp: The engines' tensor parallel size.
+        prompt_len: Tokens before the first scored one in every sample (the shortest
+            first prompt): the LM head skips them. 0 counts the head on every position.
     """
 
     seq_len: int
@@ -71,6 +73,14 @@ class Workload:
     dtype: str = "bfloat16"
     colocated: bool = False
     infer_tp: int = 1
+    prompt_len: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.prompt_len < self.seq_len:
+            raise ValueError(
+                f"prompt_len={self.prompt_len} must be at least 0 and below "
+                f"seq_len={self.seq_len}: a sample needs a scored token"
+            )
 
     @property
     def samples(self) -> int:
@@ -198,7 +208,13 @@ def evaluate(
     for stage in range(layout.pp):
         states = state_bytes(shape, layout, dtype=work.dtype, stage=stage)
         acts = activation_bytes(
-            shape, layout, work.seq_len, dtype=work.dtype, micro_batches=accumulation, stage=stage
+            shape,
+            layout,
+            work.seq_len,
+            dtype=work.dtype,
+            micro_batches=accumulation,
+            stage=stage,
+            prompt_len=work.prompt_len,
         )
         stages.append(
             {

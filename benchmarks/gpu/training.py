@@ -19,6 +19,7 @@ from agentgym.plan import Devices, Layout, ModelShape, Workload, search
 from agentgym.plan.memory import activation_bytes, state_bytes, total_parameters
 from agentgym.trajectory import RolloutBatch
 
+from .models import Settings
 from .runner import Context, Deadline, time_reps
 
 
@@ -33,12 +34,13 @@ def random_batch(
     samples: int, seq_len: int, vocab: int, device: str, seed: int = 0
 ) -> RolloutBatch:
     """``samples`` full rows of random ids; the second half of each is the response
-    (loss mask 1), with made-up old logprobs and per-row advantages."""
+    (loss mask 1, from :func:`prompt_len` on), with made-up old logprobs and per-row
+    advantages."""
     generator = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(0, vocab, (samples, seq_len), generator=generator)  # [B, T]
     ones = torch.ones(samples, seq_len, dtype=torch.long)  # [B, T]
     loss_mask = torch.zeros_like(ones)
-    loss_mask[:, seq_len // 2 :] = 1
+    loss_mask[:, prompt_len(seq_len) :] = 1
     old = -torch.rand(samples, seq_len, generator=generator) * 3 * loss_mask  # [B, T]
     batch = RolloutBatch(
         input_ids=input_ids,
@@ -59,6 +61,22 @@ def random_batch(
     from agentgym.trainers.strategies.torch_strategy import to_device
 
     return to_device(batch, torch.device(device))
+
+
+def prompt_len(seq_len: int) -> int:
+    """The prompt of :func:`random_batch`'s rows: their first half (the strategies' LM
+    heads skip it, and the planner knows)."""
+    return seq_len // 2
+
+
+def workload(settings: Settings) -> Workload:
+    """The planner's view of the suite's training step."""
+    return Workload(
+        seq_len=settings.seq_len,
+        rollout_batch_size=settings.samples,
+        dtype=settings.dtype,
+        prompt_len=prompt_len(settings.seq_len),
+    )
 
 
 def policy_loss(batch: RolloutBatch) -> Any:
@@ -84,8 +102,7 @@ def planned_layout(ctx: Context, shape: ModelShape) -> tuple[Layout, int]:
         per_node=1,
         peak_tflops=ctx.peak_tflops or 989.0,
     )
-    work = Workload(seq_len=s.seq_len, rollout_batch_size=s.samples, dtype=s.dtype)
-    kept = [plan for plan in search(shape, devices, work) if not plan.refused]
+    kept = [plan for plan in search(shape, devices, workload(s)) if not plan.refused]
     if not kept:
         raise RuntimeError(f"the planner found no layout for {shape.name} on this device")
     return kept[0].layout, kept[0].gradient_accumulation_steps
@@ -97,7 +114,14 @@ def planned_memory(
     """The planner's state and activation GiB for one device of ``layout`` (issue 31's
     "activation estimate within 25% of ``torch.cuda.max_memory_allocated``")."""
     state = state_bytes(shape, layout, strategy=strategy, dtype=dtype)
-    activations = activation_bytes(shape, layout, seq_len, dtype=dtype, micro_batches=micro_batches)
+    activations = activation_bytes(
+        shape,
+        layout,
+        seq_len,
+        dtype=dtype,
+        micro_batches=micro_batches,
+        prompt_len=prompt_len(seq_len),
+    )
     return {
         "planned_state_gib": state.total / 2**30,
         "planned_activation_gib": activations / 2**30,
@@ -288,8 +312,7 @@ def planner_fit(ctx: Context, deadline: Deadline) -> dict[str, Any]:
         per_node=1,
         peak_tflops=ctx.peak_tflops or 989.0,
     )
-    work = Workload(seq_len=s.seq_len, rollout_batch_size=s.samples, dtype=s.dtype)
-    plans = search(shape, devices, work)
+    plans = search(shape, devices, workload(s))
     kept = [plan for plan in plans if not plan.refused]
     if not kept:
         raise RuntimeError(f"the planner keeps no layout for {shape.name} on this device")

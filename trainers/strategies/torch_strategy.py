@@ -27,7 +27,7 @@ from agentgym.trainers.strategies.lora import (
     save_adapter,
 )
 from agentgym.trainers.strategies.optim import OptimizerConfig, build_optimizer, optimizer_step
-from agentgym.trainers.strategies.vocab import next_token_logprobs
+from agentgym.trainers.strategies.vocab import first_scored, next_token_logprobs
 from agentgym.trajectory import RolloutBatch
 
 
@@ -50,7 +50,7 @@ def forward(
     ``logits_to_keep``; entropy and logits are 0 before that token.
     """
     width = batch.input_ids.shape[1]
-    first = _first_scored(batch) if scored_only and _takes_logits_to_keep(model) else 1
+    first = first_scored(batch) if scored_only and _takes_logits_to_keep(model) else 1
     extra = {"logits_to_keep": width - first + 1} if first > 1 else {}
     logits = model(
         input_ids=batch.input_ids,
@@ -86,12 +86,6 @@ def forward(
 
 def _same(tensor: torch.Tensor) -> torch.Tensor:
     return tensor  # one device holds the whole vocabulary: a sum over it is the sum
-
-
-def _first_scored(batch: RolloutBatch) -> int:
-    """The first position any row's loss mask covers (1 when it is 0 or none is)."""
-    covered = batch.loss_mask.any(0).nonzero()  # [N, 1]
-    return max(int(covered[0, 0]), 1) if covered.numel() else 1
 
 
 _KEEPS: dict[type, bool] = {}

@@ -11,9 +11,12 @@ same on every rank.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from agentgym.trajectory import RolloutBatch
 
 Reduce = Callable[[torch.Tensor], torch.Tensor]
 
@@ -140,3 +143,11 @@ def next_token_logprobs(
     padded = torch.nn.functional.pad(targets, (0, 1))
     logprobs, entropy = vocab_parallel_logprobs(logits, padded, **options)
     return logprobs[:, :-1], None if entropy is None else entropy[:, :-1]
+
+
+def first_scored(batch: RolloutBatch) -> int:
+    """The first position any row's loss mask covers (1 when it is 0 or none is): a
+    strategy's LM head runs from the position before it on, since no loss scores the
+    prompt before it (TRL's ``logits_to_keep``)."""
+    covered = batch.loss_mask.any(0).nonzero()  # [N, 1]
+    return max(int(covered[0, 0]), 1) if covered.numel() else 1

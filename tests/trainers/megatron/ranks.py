@@ -10,6 +10,7 @@ import torch
 from agentgym.recipe_settings import default_grpo_config
 from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.updates import update_policy
+from agentgym.trajectory import RolloutBatch
 from tests.trainers.megatron.launch import Dealt
 from tests.trainers.test_update_path import ragged_batch
 
@@ -50,12 +51,46 @@ def weights(strategy: Any) -> dict[str, torch.Tensor]:
     return {name: tensor.clone() for name, tensor in strategy.export_weights()}
 
 
-def two_steps(strategy: Any, steps: tuple[int, ...] = (1, 2)) -> Any:
-    """``update_policy`` on ragged batches (seeds 0, 1); metrics and the exported weights."""
+PROMPT = 5
+"""The prompt of :func:`prompted`'s rows: no loss on their first 5 positions."""
+
+
+def prompted(batch: RolloutBatch) -> RolloutBatch:
+    """``batch`` with no loss on its first :data:`PROMPT` positions, as behind a prompt."""
+    keep = (torch.arange(batch.input_ids.shape[1]) >= PROMPT).long()  # [T]
+    batch.loss_mask = batch.loss_mask * keep
+    for name in ("old_logprobs", "ref_logprobs", "advantages", "engine_logprobs"):
+        setattr(batch, name, getattr(batch, name) * keep)
+    return batch
+
+
+def two_steps(strategy: Any, steps: tuple[int, ...] = (1, 2), *, prompt: bool = False) -> Any:
+    """``update_policy`` on ragged batches (seeds 0, 1; :func:`prompted` ones with
+    ``prompt``); metrics and the exported weights."""
+    batches = [ragged_batch(step - 1) for step in steps]
+    if prompt:
+        batches = [prompted(batch) for batch in batches]
     metrics = [
-        update_policy(grpo_config(), strategy, ragged_batch(step - 1), step) for step in steps
+        update_policy(grpo_config(), strategy, batch, step)
+        for step, batch in zip(steps, batches, strict=True)
     ]
     return metrics, weights(strategy)
+
+
+def prompted_steps(rank: int, world: int, model_dir: Path, config: dict[str, Any]) -> Any:
+    """:func:`two_steps` on :func:`prompted` batches, and the positions every rank's LM
+    head ran on in each pass."""
+    import torch.distributed as dist
+
+    dealt = megatron(model_dir, rank, world, **config)
+    seen: list[int] = []
+    head = getattr(dealt.strategy.model, "output_layer", None)
+    if head is not None:  # the last pipeline stage's
+        head.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
+    run = two_steps(dealt, prompt=True)
+    every: list[Any] = [None] * world
+    dist.all_gather_object(every, seen)
+    return run, [positions for rank_seen in every for positions in rank_seen]
 
 
 def train_two_steps(rank: int, world: int, model_dir: Path, config: dict[str, Any]) -> Any:
@@ -132,4 +167,11 @@ def train_every_layout(rank: int, world: int, model_dir: Path) -> dict[str, Any]
     runs = {
         name: train_two_steps(rank, world, model_dir, config) for name, config in LAYOUTS.items()
     }
-    return {"runs": runs, "loss_agg_modes": every_loss_agg_mode(rank, world, model_dir)}
+    prompted_runs = {
+        name: prompted_steps(rank, world, model_dir, config) for name, config in LAYOUTS.items()
+    }
+    return {
+        "runs": runs,
+        "prompted": prompted_runs,
+        "loss_agg_modes": every_loss_agg_mode(rank, world, model_dir),
+    }

@@ -18,12 +18,13 @@ from tests.trainers.megatron.launch import model_dir, spawn
 from tests.trainers.megatron.ranks import (
     LAYOUTS,
     LOSS_AGG_MODES,
+    PROMPT,
     SETTINGS,
     grpo_config,
     train_every_layout,
     two_steps,
 )
-from tests.trainers.test_update_path import ragged_batch
+from tests.trainers.test_update_path import WIDTH, ragged_batch
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +61,17 @@ def test_two_updates_equal_the_torch_strategy(
     # the updates moved the weights: the comparison is not between untouched models
     initial = dict(TorchStrategy(qwen_dir, **SETTINGS).export_weights())
     assert any(not torch.equal(run[1][name], initial[name]) for name in initial)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_the_head_runs_from_the_first_scored_token_and_trains_as_the_torch_strategy(
+    qwen_dir: Path, megatron_runs: dict, layout: str
+) -> None:
+    run, positions = megatron_runs["prompted"][layout]
+    # every training pass's head skipped the prompt (positions T - first + 1, first >= 5)
+    assert positions and all(p <= WIDTH - PROMPT + 1 for p in positions), positions
+    # ... and the step is the torch strategy's (which cuts its head there too)
+    assert_same_run(two_steps(TorchStrategy(qwen_dir, **SETTINGS), prompt=True), run)
 
 
 def test_every_loss_agg_mode_equals_the_torch_strategy(qwen_dir: Path, megatron_runs: dict) -> None:

@@ -192,3 +192,30 @@ def build_gpt_model(hf_config: Any, config: Any, *, vp_stage: int | None = None)
         rotary_base=float(theta),
         vp_stage=vp_stage,
     )
+
+
+class HeadFrom:
+    """A forward pre-hook on a ``GPTModel``'s output layer: the LM head runs on the hidden
+    states from sequence position :attr:`start` on (``[s, b, h]``), as megatron-core itself
+    slices them for inference's last-token logits. A training step sets ``start`` to the
+    position before the batch's first scored token: the prompt before it needs no logits,
+    and at a half-prompt batch this skips half the head's FLOPs and its fp32 logits.
+    Without sequence or context parallelism only (the hidden states reach the head
+    split along the sequence there)."""
+
+    def __init__(self) -> None:
+        self.start = 0
+        """0 (every position) outside a scored forward pass."""
+
+    def __call__(
+        self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        if self.start == 0:
+            return None
+        return (args[0][self.start :], *args[1:]), kwargs
+
+    def attach(self, model: torch.nn.Module) -> None:
+        """Hook ``model``'s output layer (a stage without one: nothing to do)."""
+        head = getattr(model, "output_layer", None)
+        if head is not None:
+            head.register_forward_pre_hook(self, with_kwargs=True)

@@ -27,6 +27,7 @@ from agentgym.trainers.strategies.batching import TokenBudget, cut, fit_width, i
 from agentgym.trainers.strategies.megatron import parallel
 from agentgym.trainers.strategies.megatron.cpu import device_mode
 from agentgym.trainers.strategies.megatron.model import (
+    HeadFrom,
     Parallelism,
     build_gpt_model,
     init_parallel,
@@ -42,7 +43,7 @@ from agentgym.trainers.strategies.megatron.weights import (
 )
 from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.strategies.torch_strategy import to_device
-from agentgym.trainers.strategies.vocab import next_token_logprobs
+from agentgym.trainers.strategies.vocab import first_scored, next_token_logprobs
 from agentgym.trajectory import RolloutBatch
 
 
@@ -129,6 +130,10 @@ class MegatronStrategy:
                 self.hf_config,
                 padded_vocab_size(self.hf_config.vocab_size, self.groups.tp_size),
             )
+            # The head starts at the first scored token (a forward pass's hidden states
+            # are whole sequences without sequence or context parallelism only).
+            self._head = HeadFrom()
+            self._head_cuts = not self.config.sequence_parallel and context_parallel_size == 1
             self.model = self._build(self.model_path)
             self.reference = None
             if reference_path is not None:
@@ -148,6 +153,7 @@ class MegatronStrategy:
         from agentgym.trainers.strategies.hf_folder import read_weights
 
         model = build_gpt_model(self.hf_config, self.config)
+        self._head.attach(model)
         state = read_weights(path)
         load_hf_weights(
             model,
@@ -170,12 +176,15 @@ class MegatronStrategy:
     # Forward ------------------------------------------------------------------------
 
     def _outputs(
-        self, logits: torch.Tensor, batch: RolloutBatch, *, with_entropy: bool
+        self, logits: torch.Tensor, batch: RolloutBatch, *, with_entropy: bool, first: int = 1
     ) -> ModelOutputs:
-        """``[B, T]`` logprobs (0 at t = 0) from the last stage's ``[B, T, V_local]`` logits."""
+        """``[B, T]`` logprobs (0 at t = 0) from the last stage's ``[B, T - first + 1,
+        V_local]`` logits of the positions from ``first - 1`` on (``first > 1``: a scored
+        pass, see :meth:`_forward`; its logprobs are 0 off the loss mask, as the torch
+        strategy's)."""
         logprobs, entropy = next_token_logprobs(
             logits,
-            batch.input_ids[:, 1:],
+            batch.input_ids[:, first:],
             vocab_start=self.groups.tp_rank * logits.shape[-1],
             vocab_size=self.hf_config.vocab_size,
             temperature=self.temperature,
@@ -183,16 +192,27 @@ class MegatronStrategy:
             reduce_max=parallel.tp_max,
             with_entropy=with_entropy,
         )
-        zeros = logprobs.new_zeros(logprobs.shape[0], 1)
+        if first > 1:
+            logprobs = logprobs * batch.loss_mask[:, first:].to(logprobs.dtype)
+        zeros = logprobs.new_zeros(logprobs.shape[0], first)
         return ModelOutputs(
             torch.cat([zeros, logprobs], 1),
             None if entropy is None else torch.cat([zeros, entropy], 1),
         )
 
-    @staticmethod
-    def _forward(model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
-        # Right padding: causal attention keeps real tokens from seeing the padding.
-        return model(batch.input_ids, batch.position_ids, None)
+    def _forward(self, model: torch.nn.Module, batch: RolloutBatch, first: int = 1) -> torch.Tensor:
+        """This stage's output for ``batch``: on the last stage the logits of positions
+        ``first - 1`` on (:class:`~.model.HeadFrom`)."""
+        self._head.start = first - 1
+        try:
+            # Right padding: causal attention keeps real tokens from seeing the padding.
+            return model(batch.input_ids, batch.position_ids, None)
+        finally:
+            self._head.start = 0
+
+    def _scored_from(self, batch: RolloutBatch) -> int:
+        """Where a training pass's logits may start: the batch's first scored token."""
+        return first_scored(batch) if self._head_cuts else 1
 
     @torch.no_grad()
     def _logprobs(
@@ -291,10 +311,11 @@ class MegatronStrategy:
 
         def step(data: Iterator[RolloutBatch], module: torch.nn.Module) -> Any:
             part = on_rank_device(next(data))
-            output = self._forward(module, part)
+            first = self._scored_from(part)
+            output = self._forward(module, part, first)
 
             def finish(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-                outputs = self._outputs(logits, part, with_entropy=needs.entropy)
+                outputs = self._outputs(logits, part, with_entropy=needs.entropy, first=first)
                 loss, metrics = loss_fn(outputs, part)
                 return loss, torch.tensor(1), {"metrics": metrics}
 
