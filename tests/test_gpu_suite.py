@@ -62,6 +62,8 @@ def test_dry_run_gives_every_item_its_figures(tmp_path: Path) -> None:
         assert figures["tokens_per_s"] * figures["step_s"] == pytest.approx(tokens)
         assert figures["grad_norm"] > 0  # the step trains: the loss has a gradient
         assert figures["planned_state_gib"] > 0 and figures["planned_activation_gib"] > 0
+        # the head skips the prompt: the FLOPs computed are fewer than the model's count
+        assert 0 < figures["mfu_computed"] < figures["mfu"]
     assert "layout" in rows["megatron_planned"]["figures"]
     # the same first step in both strategies (same weights, batch, loss): the same gradient
     torch_norm = rows["torch_step"]["figures"]["grad_norm"]

@@ -11,3 +11,11 @@ writes it as JSON; each item has a time budget and an item that fails records it
 error and the suite goes on. ``--dry-run`` runs every item on the CPU with tiny
 shapes in seconds (``tests/test_gpu_suite.py``), so the suite does not rot.
 """
+
+import os
+
+# The CUDA caching allocator in expandable segments (before torch is imported): the
+# steps' large, varying logits would otherwise leave gigabytes in fragments, which the
+# planner's reserve (``--reserve-gib``, 4 GiB) does not count on. A value the caller
+# set wins.
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -89,6 +90,7 @@ def machine(settings: Settings) -> dict[str, Any]:
         "torch": torch.__version__,
         "device": settings.device,
         "host": platform.node(),
+        "cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
     }
     if settings.device.startswith("cuda"):
         props = torch.cuda.get_device_properties(0)

@@ -136,6 +136,7 @@ def run_item(name: str, item: Item, ctx: Context, budget: float) -> Row:
 SHOWN = (
     ("tflops", "TFLOP/s", "{:.3g}"),
     ("mfu", "MFU", "{:.1%}"),
+    ("mfu_computed", "MFU of the FLOPs computed", "{:.1%}"),
     ("tokens_per_s", "tokens/s", "{:,.0f}"),
     ("step_s", "step s", "{:.3f}"),
     ("peak_gib", "peak GiB", "{:.1f}"),

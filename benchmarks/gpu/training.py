@@ -30,6 +30,12 @@ def step_flops(shape: ModelShape, samples: int, seq_len: int) -> float:
     return samples * seq_len * 3 * (dense + attention)
 
 
+def skipped_head_flops(shape: ModelShape, samples: int, seq_len: int) -> float:
+    """The part of :func:`step_flops` the strategies do not compute: the LM head on the
+    prompt positions before the one that predicts the first scored token."""
+    return samples * (prompt_len(seq_len) - 1) * 3 * 2 * shape.vocab_size * shape.hidden_size
+
+
 def random_batch(
     samples: int, seq_len: int, vocab: int, device: str, seed: int = 0
 ) -> RolloutBatch:
@@ -92,20 +98,31 @@ def policy_loss(batch: RolloutBatch) -> Any:
     )
 
 
-def planned_layout(ctx: Context, shape: ModelShape) -> tuple[Layout, int]:
-    """The planner's winner for this process's one device and the step's batch:
-    its memory, the measured peak and the planner's stated efficiency."""
-    s = ctx.settings
+def one_device(ctx: Context) -> Devices:
+    """This process's device as the planner sees it: its memory, the measured peak."""
+    return Devices(
+        count=1,
+        memory_gib=ctx.device_memory_gib(),
+        per_node=1,
+        peak_tflops=ctx.peak_tflops or 989.0,
+    )
+
+
+def planned_layouts(ctx: Context, shape: ModelShape) -> list[Layout]:
+    """The layouts the planner keeps for this process's one device and the step's batch,
+    best first: its memory, the measured peak and the planner's stated efficiency."""
     devices = Devices(
         count=1,
         memory_gib=ctx.device_memory_gib(),
         per_node=1,
         peak_tflops=ctx.peak_tflops or 989.0,
     )
-    kept = [plan for plan in search(shape, devices, workload(s)) if not plan.refused]
+    kept = [
+        plan.layout for plan in search(shape, devices, workload(ctx.settings)) if not plan.refused
+    ]
     if not kept:
         raise RuntimeError(f"the planner found no layout for {shape.name} on this device")
-    return kept[0].layout, kept[0].gradient_accumulation_steps
+    return kept
 
 
 def planned_memory(
@@ -164,8 +181,12 @@ def _measure_step(
         "reps": float(len(seconds)),
         "grad_norm": grad_norms[-1],
     }
+    computed = flops - skipped_head_flops(shape, s.samples, s.seq_len)
+    figures["computed_tflops"] = computed / median / 1e12
     if ctx.peak_tflops:
         figures["mfu"] = figures["tflops"] / ctx.peak_tflops
+        # the FLOPs the step computes (the head on the scored positions only)
+        figures["mfu_computed"] = figures["computed_tflops"] / ctx.peak_tflops
     figures.update(planned(len(parts)))
     if cuda:  # the strategy's weights, gradients, optimizer state and the step's peak
         figures["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -237,9 +258,19 @@ def megatron_tp1(ctx: Context, deadline: Deadline) -> dict[str, Any]:
 
 def megatron_planned(ctx: Context, deadline: Deadline) -> dict[str, Any]:
     """The Megatron strategy's step at the layout ``agentgym plan`` ranks first for one
-    device of this card (memory, measured peak): micro-batch and recomputation."""
-    layout, _ = planned_layout(ctx, ctx.shape(ctx.settings.train_shape))
-    return _megatron(ctx, deadline, layout)
+    device of this card (memory, measured peak): micro-batch and recomputation. Should
+    that run out of memory (the planner was wrong: ``planned_oom`` names it), the
+    runner-up's figures are measured instead."""
+    layouts = planned_layouts(ctx, ctx.shape(ctx.settings.train_shape))
+    try:
+        return _megatron(ctx, deadline, layouts[0])
+    except torch.cuda.OutOfMemoryError:
+        if len(layouts) < 2:
+            raise
+    ctx.release()
+    figures = _megatron(ctx, deadline, layouts[1])
+    figures["planned_oom"] = _layout_name(layouts[0])
+    return figures
 
 
 def _hf_strategy_step(ctx: Context, deadline: Deadline, kind: type, **options: Any) -> Any:
@@ -304,15 +335,9 @@ def planner_fit(ctx: Context, deadline: Deadline) -> dict[str, Any]:
     keeps for one device, the one it estimates nearest the card's memory trains a step
     without running out; of those it refuses for memory alone, the one nearest to
     fitting runs out (on the CPU nothing is refused for memory: that half is skipped)."""
-    s = ctx.settings
-    shape = ctx.shape(s.train_shape)
-    devices = Devices(
-        count=1,
-        memory_gib=ctx.device_memory_gib(),
-        per_node=1,
-        peak_tflops=ctx.peak_tflops or 989.0,
-    )
-    plans = search(shape, devices, workload(s))
+    shape = ctx.shape(ctx.settings.train_shape)
+    devices = one_device(ctx)
+    plans = search(shape, devices, workload(ctx.settings))
     kept = [plan for plan in plans if not plan.refused]
     if not kept:
         raise RuntimeError(f"the planner keeps no layout for {shape.name} on this device")
@@ -322,10 +347,13 @@ def planner_fit(ctx: Context, deadline: Deadline) -> dict[str, Any]:
         "fits_estimate_gib": fullest.peak_gib,
         "usable_gib": devices.memory_gib - devices.reserve_gib,
     }
-    measured = _megatron(ctx, deadline, fullest.layout)
-    figures["fits_ran"] = 1.0
-    if "peak_gib" in measured:
-        figures["fits_measured_gib"] = measured["peak_gib"]
+    try:
+        measured = _megatron(ctx, deadline, fullest.layout)
+        figures["fits_ran"] = 1.0
+        if "peak_gib" in measured:
+            figures["fits_measured_gib"] = measured["peak_gib"]
+    except torch.cuda.OutOfMemoryError:
+        figures["fits_ran"] = 0.0  # the planner said it fits: it did not
     for_memory = [
         plan
         for plan in plans

@@ -15,9 +15,10 @@ pytest.importorskip("megatron.core")
 from tests.trainers.megatron.launch import spawn
 
 SEQ, BATCH, HEADS, GROUPS, HEAD_DIM = 24, 3, 4, 2, 8
+WIDE_HEAD_DIM = 264  # over GQA_MAX_HEAD_DIM
 
 
-def _config(dropout: float = 0.0, **extra: Any) -> Any:
+def _config(dropout: float = 0.0, head_dim: int = HEAD_DIM, **extra: Any) -> Any:
     from megatron.core.transformer import TransformerConfig
 
     return TransformerConfig(
@@ -25,7 +26,7 @@ def _config(dropout: float = 0.0, **extra: Any) -> Any:
         hidden_size=HEADS * HEAD_DIM,
         num_attention_heads=HEADS,
         num_query_groups=GROUPS,
-        kv_channels=HEAD_DIM,
+        kv_channels=head_dim,
         attention_dropout=dropout,
         masked_softmax_fusion=False,
         use_cpu_initialization=True,
@@ -84,6 +85,15 @@ def attention_checks(rank: int, world: int) -> dict[str, Any]:
                     _run(DotProductAttention(*args), [q, k, v]),
                     _run(SdpaAttention(*args), [q, k, v]),
                 )
+        # Heads wider than the flash kernels' grouped path: keys and values repeated.
+        wide = _config(head_dim=WIDE_HEAD_DIM)
+        wq = torch.randn(SEQ, BATCH, HEADS, WIDE_HEAD_DIM)
+        wk, wv = (torch.randn(SEQ, BATCH, GROUPS, WIDE_HEAD_DIM) for _ in range(2))
+        args = (wide, 1, AttnMaskType.causal, "self")
+        results["wide"] = (
+            _run(DotProductAttention(*args), [wq, wk, wv]),
+            _run(SdpaAttention(*args), [wq, wk, wv]),
+        )
         # An explicit mask, and dropout while training, take the parent's path.
         mask = torch.rand(BATCH, 1, SEQ, SEQ) > 0.7
         args = (_config(), 1, AttnMaskType.padding, "self")
@@ -132,6 +142,18 @@ def test_fused_attention_matches_megatrons_and_keeps_no_square(
         torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-5)
     assert _squares(parent["saved"]) >= 1  # the probabilities (and scores) kept
     assert _squares(fused["saved"]) == 0
+    # keys and values kept per group, not repeated to the query heads
+    assert fused["saved"].count((BATCH, GROUPS, SEQ, HEAD_DIM)) == 2
+    assert (BATCH, GROUPS, SEQ, HEAD_DIM) not in parent["saved"]
+
+
+def test_heads_wider_than_the_grouped_kernels_take_repeated_keys(checks: dict[str, Any]) -> None:
+    parent, fused = checks["wide"]
+    torch.testing.assert_close(fused["out"], parent["out"], rtol=0, atol=1e-5)
+    for mine, theirs in zip(fused["grads"], parent["grads"], strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-5)
+    assert (BATCH, GROUPS, SEQ, WIDE_HEAD_DIM) not in fused["saved"]
+    assert fused["saved"].count((BATCH, HEADS, SEQ, WIDE_HEAD_DIM)) >= 3  # q, k, v
 
 
 def test_a_mask_or_training_dropout_takes_megatrons_path(checks: dict[str, Any]) -> None:

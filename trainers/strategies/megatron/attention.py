@@ -9,7 +9,8 @@ the planner counts
 Engine's flash attention; without Transformer Engine, :class:`SdpaAttention` calls
 :func:`torch.nn.functional.scaled_dot_product_attention`, which picks a flash or
 memory-efficient kernel on a GPU and the flash kernel on a CPU, and keeps only q, k,
-v, the output and a log-sum-exp per row.
+v, the output and a log-sum-exp per row (k and v grouped, not repeated to every query
+head, as transformers' SDPA path passes them).
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ import torch
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.utils import is_layer_window_attention
+
+GQA_MAX_HEAD_DIM = 256
+"""The largest head size SDPA's flash kernels take grouped keys and values at (larger
+ones are repeated to the query heads first)."""
 
 FUSED_BACKENDS = ("auto", "flash", "fused")
 """``attention_backend`` values (see :func:`~.model.attention_backend`) that run
@@ -69,15 +74,17 @@ class SdpaAttention(DotProductAttention):
                 query, key, value, attention_mask, attn_mask_type, attention_bias, packed_seq_params
             )
         repeats = self.num_attention_heads_per_partition // self.num_query_groups_per_partition
-        if repeats > 1:
-            # Explicit, as the parent does: SDPA's ``enable_gqa`` is not taken by every kernel.
+        # Grouped keys and values go to SDPA as they are where its flash kernels take them
+        # (no mask, head size <= 256: transformers' rule); else repeated, as the parent does.
+        grouped = repeats > 1 and key.shape[-1] == value.shape[-1] <= GQA_MAX_HEAD_DIM
+        if repeats > 1 and not grouped:
             key = key.repeat_interleave(repeats, dim=2)
             value = value.repeat_interleave(repeats, dim=2)
         # [s, b, n, d] -> [b, n, s, d]
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
         causal = self.attn_mask_type == AttnMaskType.causal and q.shape[2] > 1
         context = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=causal, scale=self.softmax_scale_unlayered
+            q, k, v, is_causal=causal, scale=self.softmax_scale_unlayered, enable_gqa=grouped
         )
         # [b, n, s, d] -> [s, b, n·d]
         sq, batch = context.shape[2], context.shape[0]

@@ -156,6 +156,7 @@ def transformer_config(hf_config: Any, parallelism: Parallelism, **overrides: An
         moe_token_dispatcher_type="alltoall",  # the one megatron-core allows with the line above
         calculate_per_token_loss=True,  # losses are already shares of the mini-batch
         bias_activation_fusion=False,
+        use_te_activation_func=True,  # the spec's activation module: swiglu.SwiGLU
         bias_dropout_fusion=False,
         masked_softmax_fusion=False,
         apply_rope_fusion=False,
@@ -174,10 +175,12 @@ def build_gpt_model(hf_config: Any, config: Any, *, vp_stage: int | None = None)
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     from agentgym.trainers.strategies.megatron.attention import FUSED_BACKENDS, SdpaAttention
+    from agentgym.trainers.strategies.megatron.swiglu import SwiGLU
 
     spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization="RMSNorm")
     if config.attention_backend.name in FUSED_BACKENDS:
         spec.submodules.self_attention.submodules.core_attention = SdpaAttention
+    spec.submodules.mlp.submodules.activation_func = SwiGLU  # with use_te_activation_func
     rope = getattr(hf_config, "rope_parameters", None) or {}
     theta = rope.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
     return GPTModel(
