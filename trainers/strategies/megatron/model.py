@@ -200,7 +200,7 @@ def build_gpt_model(hf_config: Any, config: Any, *, vp_stage: int | None = None)
 class HeadFrom:
     """A forward pre-hook on a ``GPTModel``'s output layer: the LM head runs on the hidden
     states from sequence position :attr:`start` on (``[s, b, h]``), as megatron-core itself
-    slices them for inference's last-token logits. A training step sets ``start`` to the
+    slices them for inference's last-token logits. A forward pass sets ``start`` to the
     position before the batch's first scored token: the prompt before it needs no logits,
     and at a half-prompt batch this skips half the head's FLOPs and its fp32 logits.
     Without sequence or context parallelism only (the hidden states reach the head

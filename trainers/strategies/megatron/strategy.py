@@ -176,12 +176,11 @@ class MegatronStrategy:
     # Forward ------------------------------------------------------------------------
 
     def _outputs(
-        self, logits: torch.Tensor, batch: RolloutBatch, *, with_entropy: bool, first: int = 1
+        self, logits: torch.Tensor, batch: RolloutBatch, *, with_entropy: bool, first: int
     ) -> ModelOutputs:
-        """``[B, T]`` logprobs (0 at t = 0) from the last stage's ``[B, T - first + 1,
-        V_local]`` logits of the positions from ``first - 1`` on (``first > 1``: a scored
-        pass, see :meth:`_forward`; its logprobs are 0 off the loss mask, as the torch
-        strategy's)."""
+        """``[B, T]`` logprobs, 0 off the loss mask as the torch strategy's, from the last
+        stage's ``[B, T - first + 1, V_local]`` logits of the positions from ``first - 1``
+        on (:meth:`_forward`)."""
         logprobs, entropy = next_token_logprobs(
             logits,
             batch.input_ids[:, first:],
@@ -192,15 +191,15 @@ class MegatronStrategy:
             reduce_max=parallel.tp_max,
             with_entropy=with_entropy,
         )
-        if first > 1:
-            logprobs = logprobs * batch.loss_mask[:, first:].to(logprobs.dtype)
+        # the same zeros off the loss mask however the rows were cut into micro-batches
+        logprobs = logprobs * batch.loss_mask[:, first:].to(logprobs.dtype)
         zeros = logprobs.new_zeros(logprobs.shape[0], first)
         return ModelOutputs(
             torch.cat([zeros, logprobs], 1),
             None if entropy is None else torch.cat([zeros, entropy], 1),
         )
 
-    def _forward(self, model: torch.nn.Module, batch: RolloutBatch, first: int = 1) -> torch.Tensor:
+    def _forward(self, model: torch.nn.Module, batch: RolloutBatch, first: int) -> torch.Tensor:
         """This stage's output for ``batch``: on the last stage the logits of positions
         ``first - 1`` on (:class:`~.model.HeadFrom`)."""
         self._head.start = first - 1
@@ -211,7 +210,7 @@ class MegatronStrategy:
             self._head.start = 0
 
     def _scored_from(self, batch: RolloutBatch) -> int:
-        """Where a training pass's logits may start: the batch's first scored token."""
+        """Where a pass's logits may start: the batch's first scored token."""
         return first_scored(batch) if self._head_cuts else 1
 
     @torch.no_grad()
@@ -227,10 +226,11 @@ class MegatronStrategy:
 
         def step(data: Iterator[RolloutBatch], module: torch.nn.Module) -> Any:
             part = on_rank_device(next(data))
-            output = self._forward(module, part)
+            first = self._scored_from(part)
+            output = self._forward(module, part, first)
 
             def finish(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-                logprobs = self._outputs(logits, part, with_entropy=False).logprobs
+                logprobs = self._outputs(logits, part, with_entropy=False, first=first).logprobs
                 padded = fit_width(logprobs * part.attention_mask, width)
                 return padded.sum(), torch.tensor(1), {"logprobs": padded}
 
@@ -246,8 +246,9 @@ class MegatronStrategy:
         return merged[start : start + len(batch), : batch.input_ids.shape[1]].cpu()
 
     def logprobs(self, batch: RolloutBatch, budget: TokenBudget | None = None) -> torch.Tensor:
-        """``[B, T]`` log-probabilities of this rank's ``batch`` (0 on padding), no gradient;
-        each replica's rows on ``budget``'s micro-batches (None: ``micro_batch_size`` rows)."""
+        """``[B, T]`` log-probabilities of this rank's ``batch`` (0 off the loss mask), no
+        gradient; each replica's rows on ``budget``'s micro-batches (None:
+        ``micro_batch_size`` rows)."""
         self.model.eval()
         try:
             return self._logprobs(self.model, batch, budget)
