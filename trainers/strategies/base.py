@@ -129,7 +129,8 @@ class Strategy(Protocol):
 
     def logprobs(self, batch: RolloutBatch, budget: TokenBudget | None = None) -> torch.Tensor:
         """``[B, T]`` log-probabilities of ``batch`` under the current weights, at
-        the sampling temperature, without gradient; forward passes of ``budget``'s
+        the sampling temperature, without gradient, 0 off the loss mask (no loss reads
+        them there, and the LM head may skip the prompt); forward passes of ``budget``'s
         micro-batches (:mod:`~agentgym.trainers.strategies.batching`), or of the
         strategy's ``micro_batch_size`` rows without one."""
         ...

@@ -231,7 +231,7 @@ class MegatronStrategy:
 
             def finish(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
                 logprobs = self._outputs(logits, part, with_entropy=False, first=first).logprobs
-                padded = fit_width(logprobs * part.attention_mask, width)
+                padded = fit_width(logprobs, width)  # already 0 off the loss mask
                 return padded.sum(), torch.tensor(1), {"logprobs": padded}
 
             return output, finish
