@@ -9,9 +9,11 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 ITEMS = {
@@ -32,7 +34,7 @@ def test_dry_run_gives_every_item_its_figures(tmp_path: Path) -> None:
     out = tmp_path / "suite.json"
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.gpu", "--dry-run", "--json", str(out),
-         "--work-dir", str(tmp_path / "work")],
+         "--work-dir", str(tmp_path / "work"), "--kernels"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -64,6 +66,11 @@ def test_dry_run_gives_every_item_its_figures(tmp_path: Path) -> None:
         assert figures["planned_state_gib"] > 0 and figures["planned_activation_gib"] > 0
         # the head skips the prompt: the FLOPs computed are fewer than the model's count
         assert 0 < figures["mfu_computed"] < figures["mfu"]
+        # --kernels: one more step profiled, its time split by kernel and by kind
+        assert figures["kernels"] and figures["busy"] > 0, figures
+        shares = [figures[f"{kind}_share"] for kind in ("matmul", "attention", "other")]
+        assert sum(shares) == pytest.approx(1.0) and figures["matmul_share"] > 0
+    assert "kernels" not in rows["planner_fit"]["figures"]  # it times no step of its own
     assert "layout" in rows["megatron_planned"]["figures"]
     # the same first step in both strategies (same weights, batch, loss): the same gradient
     torch_norm = rows["torch_step"]["figures"]["grad_norm"]
@@ -118,3 +125,33 @@ def test_a_failing_item_records_its_error_and_the_suite_goes_on(
     assert rows[1].budget_s == pytest.approx(
         (60 - rows[0].seconds) * 0.5 / (0.5 + cli.ITEMS["peak"][1]), rel=0.05
     )
+
+
+def test_kernel_profile_splits_a_step_by_kernel_and_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    runner = importlib.import_module("benchmarks.gpu.runner")
+    a = torch.randn(256, 256)
+
+    def step() -> None:  # matmuls, and an elementwise tail of about their size
+        b = a
+        for _ in range(8):
+            b = torch.tanh(b @ a)
+
+    started = time.perf_counter()
+    step()
+    figures = runner.kernel_profile(step, time.perf_counter() - started, "cpu", top=3)
+    names = [kernel["name"] for kernel in figures["kernels"]]
+    assert len(names) == 3 and "aten::mm" in names, names
+    assert figures["matmul_share"] > 0 and figures["other_share"] > 0  # tanh
+    assert figures["attention_share"] == 0
+    assert sum(k["share"] for k in figures["kernels"]) <= 1.0 + 1e-9
+    shares = [figures[f"{kind}_share"] for kind in ("matmul", "attention", "other")]
+    assert sum(shares) == pytest.approx(1.0)
+    # the names a GPU's profile gives (cuBLAS, cuBLASLt on Hopper, SDPA's flash kernel)
+    kinds = {
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64": "matmul",
+        "nvjet_hsh_128x256_64x4_1x2_h_bz_coopA_TNT": "matmul",
+        "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128>>": "attention",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel>": "other",
+    }
+    assert {name: runner.kernel_kind(name) for name in kinds} == kinds

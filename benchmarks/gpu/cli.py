@@ -1,4 +1,5 @@
-"""``python -m benchmarks.gpu [--minutes 8] [--dry-run] [--json out.json] [--only a,b]``."""
+"""``python -m benchmarks.gpu [--minutes 8] [--dry-run] [--json out.json] [--only a,b]
+[--kernels]``."""
 
 from __future__ import annotations
 
@@ -58,6 +59,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, default=None, help="write the table as JSON here")
     p.add_argument("--only", default=None, help=f"comma-separated items of {list(ITEMS)}")
     p.add_argument(
+        "--kernels",
+        action="store_true",
+        help="the train steps profile one more step: their top kernels, the device's busy "
+        "share and the matmul/attention/other shares (what keeps MFU down)",
+    )
+    p.add_argument(
         "--work-dir",
         type=Path,
         default=None,
@@ -111,13 +118,15 @@ def run_suite(
     minutes: float,
     work_dir: Path,
     on_row: Callable[[list[Row]], None] = lambda rows: None,
+    kernels: bool = False,
 ) -> list[Row]:
     """Build the models, then run ``names`` one after another, each with its share of
     the time left; ``on_row`` gets the rows so far after each one (a run cut short by
-    its machine's time limit keeps what it measured)."""
+    its machine's time limit keeps what it measured); ``kernels``: the train steps
+    profile one more step (:func:`~benchmarks.gpu.runner.kernel_profile`)."""
     started = time.perf_counter()
     total = minutes * 60
-    ctx = Context(settings, work_dir)
+    ctx = Context(settings, work_dir, kernels=kernels)
     setup = Row("models", "ok", 0.0, total * SETUP_SHARE, {})
     try:
         shapes = {settings.train_shape, settings.sync_shape, settings.async_shape}
@@ -167,7 +176,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 
     with tempfile.TemporaryDirectory(prefix="gpu-suite-") as scratch:
-        rows = run_suite(names, settings, args.minutes, args.work_dir or Path(scratch), write)
+        work_dir = args.work_dir or Path(scratch)
+        rows = run_suite(names, settings, args.minutes, work_dir, write, args.kernels)
         elapsed = time.perf_counter() - started
     write(rows)
     print(f"\nGPU suite ({'dry run, CPU' if args.dry_run else settings.device}), {elapsed:.0f} s")

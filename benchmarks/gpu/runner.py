@@ -38,11 +38,13 @@ class Deadline:
 
 @dataclass
 class Context:
-    """What the items share: the settings, the model folders, the measured peak."""
+    """What the items share: the settings, the model folders, the measured peak, and
+    whether the train steps profile one more step (``--kernels``)."""
 
     settings: Settings
     work_dir: Path
     peak_tflops: float | None = None
+    kernels: bool = False
     _shapes: dict[str, ModelShape] = field(default_factory=dict)
 
     def model(self, name: str) -> Path:
@@ -90,6 +92,74 @@ def time_reps(
         seconds.append(time.perf_counter() - started)
         if len(seconds) >= max_reps or deadline.left() < seconds[-1]:
             return seconds
+
+
+KERNEL_KINDS = (
+    ("attention", ("flash", "fmha", "attention")),
+    ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "aten::mm", "aten::addmm", "aten::bmm")),
+)
+"""A kernel's kind by its name (the first kind one of whose words it contains; else
+``other``): cuBLAS/CUTLASS matrix products and SDPA's attention kernels on a GPU, the
+aten operators that call them on the CPU."""
+
+
+def kernel_kind(name: str) -> str:
+    """``attention``, ``matmul`` or ``other`` (:data:`KERNEL_KINDS`)."""
+    lowered = name.lower()
+    for kind, words in KERNEL_KINDS:
+        if any(word in lowered for word in words):
+            return kind
+    return "other"
+
+
+def kernel_profile(
+    fn: Callable[[], None], step_s: float, device: str, top: int = 12
+) -> dict[str, Any]:
+    """One more call of ``fn`` under ``torch.profiler``: where a step's device time
+    goes, for finding what keeps MFU down from a single run on a lent machine.
+
+    On a GPU it counts the CUDA kernels' own time; on the CPU the aten operators' self
+    time (a kernel's or operator's time is counted once: no parent includes its
+    children). ``busy`` is that total against ``step_s`` (the unprofiled median step):
+    well under 1 on a GPU means the device waits on the host (launches, Python).
+
+    Returns:
+        ``kernels``: the ``top`` names by time with ``ms`` and ``share`` of the total;
+        ``busy``; ``matmul_share``, ``attention_share``, ``other_share``
+        (:func:`kernel_kind`).
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    with profile(activities=activities) as prof:
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+    kind = DeviceType.CUDA if cuda else DeviceType.CPU
+    times: dict[str, float] = {}
+    for event in prof.key_averages():
+        if event.device_type != kind:
+            continue
+        us = event.self_device_time_total if cuda else event.self_cpu_time_total
+        if us > 0:
+            times[event.key] = times.get(event.key, 0.0) + us / 1e3
+    total = sum(times.values())
+    if total <= 0:
+        raise RuntimeError("the profiler recorded no kernel time for the step")
+    ranked = sorted(times.items(), key=lambda item: -item[1])
+    figures: dict[str, Any] = {
+        "kernels": [
+            {"name": name[:160], "ms": ms, "share": ms / total} for name, ms in ranked[:top]
+        ],
+        "kernel_ms": total,
+        "busy": total / 1e3 / step_s,
+    }
+    for kind_name in ("matmul", "attention", "other"):
+        share = sum(ms for name, ms in times.items() if kernel_kind(name) == kind_name)
+        figures[f"{kind_name}_share"] = share / total
+    return figures
 
 
 Item = Callable[[Context, Deadline], dict[str, Any]]
@@ -143,6 +213,9 @@ SHOWN = (
     ("activation_gib", "activations GiB", "{:.1f}"),
     ("planned_activation_gib", "planned activations GiB", "{:.1f}"),
     ("activation_vs_planned", "activations ÷ planned", "{:.2f}"),
+    ("busy", "device busy", "{:.0%}"),
+    ("matmul_share", "matmul share", "{:.0%}"),
+    ("attention_share", "attention share", "{:.0%}"),
     ("sync_s", "sync s", "{:.3f}"),
     ("pack_s", "pack s", "{:.3f}"),
     ("transfer_s", "transfer s", "{:.3f}"),

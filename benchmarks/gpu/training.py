@@ -20,7 +20,7 @@ from agentgym.plan.memory import activation_bytes, state_bytes, total_parameters
 from agentgym.trajectory import RolloutBatch
 
 from .models import Settings
-from .runner import Context, Deadline, time_reps
+from .runner import Context, Deadline, kernel_profile, time_reps
 
 
 def step_flops(shape: ModelShape, samples: int, seq_len: int) -> float:
@@ -152,7 +152,8 @@ def _measure_step(
     build: Callable[[], Any],
     micro_batch_size: int,
     planned: Callable[[int], dict[str, float]],
-) -> dict[str, float]:
+    profile: bool = True,
+) -> dict[str, Any]:
     s = ctx.settings
     cuda = s.device.startswith("cuda")
     if cuda:
@@ -172,7 +173,7 @@ def _measure_step(
     seconds = time_reps(step, deadline, ctx.settings.max_reps, ctx.synchronize)
     median = sorted(seconds)[len(seconds) // 2]
     flops = step_flops(shape, s.samples, s.seq_len)
-    figures = {
+    figures: dict[str, Any] = {
         "step_s": median,
         "tokens_per_s": s.samples * s.seq_len / median,
         "tflops": flops / median / 1e12,
@@ -196,10 +197,14 @@ def _measure_step(
         figures["activation_vs_planned"] = (
             figures["activation_gib"] / figures["planned_activation_gib"]
         )
+    if ctx.kernels and profile:  # after the peak memory was read: profiling cannot change it
+        figures.update(kernel_profile(step, median, s.device))
     return figures
 
 
-def _megatron(ctx: Context, deadline: Deadline, layout: Layout | None) -> dict[str, Any]:
+def _megatron(
+    ctx: Context, deadline: Deadline, layout: Layout | None, profile: bool = True
+) -> dict[str, Any]:
     from agentgym.trainers.strategies.megatron import build_megatron
     from agentgym.trainers.strategies.optim import OptimizerConfig
 
@@ -234,6 +239,7 @@ def _megatron(ctx: Context, deadline: Deadline, layout: Layout | None) -> dict[s
             build,
             mbs,
             lambda steps: planned_memory(shape, layout, "megatron", s.dtype, s.seq_len, steps),
+            profile,
         )
     finally:
         _destroy_megatron_groups()
@@ -348,7 +354,7 @@ def planner_fit(ctx: Context, deadline: Deadline) -> dict[str, Any]:
         "usable_gib": devices.memory_gib - devices.reserve_gib,
     }
     try:
-        measured = _megatron(ctx, deadline, fullest.layout)
+        measured = _megatron(ctx, deadline, fullest.layout, profile=False)
         figures["fits_ran"] = 1.0
         if "peak_gib" in measured:
             figures["fits_measured_gib"] = measured["peak_gib"]
@@ -367,7 +373,7 @@ def planner_fit(ctx: Context, deadline: Deadline) -> dict[str, Any]:
     figures["refused_estimate_gib"] = tightest.peak_gib
     ctx.release()
     try:
-        _megatron(ctx, deadline, tightest.layout)
+        _megatron(ctx, deadline, tightest.layout, profile=False)
         figures["refused_ran_out"] = 0.0  # the planner refused a layout that fits
     except torch.cuda.OutOfMemoryError:
         figures["refused_ran_out"] = 1.0
