@@ -192,10 +192,20 @@ def tp_gather(shard: torch.Tensor, layout: str, groups: Groups) -> torch.Tensor:
     return tp_merge(shards, LAYOUTS[layout])
 
 
+def rank_device() -> torch.device:
+    """This rank's device: its current CUDA device where there is one (megatron-core's
+    model, and NCCL's buffers, live there), else the CPU (CPU mode, gloo)."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def broadcast_stage(
     owned: Iterator[tuple[str, torch.Tensor]] | None, stage: int, groups: Groups
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Stream PP stage ``stage``'s ``(name, tensor)`` pairs to every rank, one at a time."""
+    """Stream PP stage ``stage``'s ``(name, tensor)`` pairs to every rank, one at a time
+    (the other stages receive into buffers on their own device: NCCL takes no CPU
+    tensor)."""
     from megatron.core import parallel_state as ps
 
     if groups.pp_size == 1:
@@ -213,7 +223,10 @@ def broadcast_stage(
         if header[0] is None:
             return
         name, shape, dtype = header[0]
-        tensor = item[1].contiguous() if item is not None else torch.empty(shape, dtype=dtype)
+        if item is not None:
+            tensor = item[1].contiguous()
+        else:
+            tensor = torch.empty(shape, dtype=dtype, device=rank_device())
         dist.broadcast(tensor, src=source, group=group)
         yield name, tensor
 

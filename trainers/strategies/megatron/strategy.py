@@ -387,4 +387,4 @@ def on_rank_device(batch: RolloutBatch) -> RolloutBatch:
     unchanged (CPU mode)."""
     if not torch.cuda.is_available():
         return batch
-    return to_device(batch, torch.device("cuda", torch.cuda.current_device()))
+    return to_device(batch, parallel.rank_device())
