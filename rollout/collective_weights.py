@@ -43,6 +43,7 @@ from agentgym.rollout.backends.buckets import (
     DEFAULT_BUCKET_BYTES,
     TensorSpec,
     bucket_specs,
+    buffer_bytes,
     chunk_weights,
     copy_into,
     spec_views,
@@ -138,7 +139,7 @@ class CollectiveChannel:
         for entries in chunk_weights(tensors.items(), self.bucket_bytes):
             specs = bucket_specs(entries)
             device = next((v.device for _, v in entries if isinstance(v, torch.Tensor)), "cpu")
-            flat = torch.empty(sum(s.num_bytes for s in specs), dtype=torch.uint8, device=device)
+            flat = torch.empty(buffer_bytes(specs), dtype=torch.uint8, device=device)
             copy_into(flat, specs, entries)
             buckets.append((specs, flat))
         if self.backend == "nccl":

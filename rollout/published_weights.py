@@ -119,11 +119,13 @@ class FolderChannel:
         """Write ``tensors`` as folder ``v<version>`` and point ``LATEST.json`` at it."""
         from safetensors.torch import save_file
 
+        from agentgym.rollout.backends.buckets import unshared
+
         folder = self.root / f"v{version:08d}"
         staging = self.root / f".v{version:08d}.partial"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        save_file(dict(tensors), str(staging / "model.safetensors"))
+        save_file(unshared(tensors.items()), str(staging / "model.safetensors"))
         shutil.rmtree(folder, ignore_errors=True)
         staging.rename(folder)
         self.record(version, folder.name, groups_per_step)

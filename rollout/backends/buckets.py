@@ -114,24 +114,51 @@ def pack_bucket(index: int, entries: Sequence[tuple[str, torch.Tensor | str]]) -
     Tensors may live on any device; their bytes are copied to host memory.
     """
     specs = bucket_specs(entries)
-    payload = np.empty(sum(spec.num_bytes for spec in specs), dtype=np.uint8)
+    payload = np.empty(buffer_bytes(specs), dtype=np.uint8)
     copy_into(torch.from_numpy(payload), specs, entries)
     return WeightBucket(index, specs, payload)
 
 
+def unshared(weights: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """``weights`` as contiguous host tensors of which no two share memory, for
+    safetensors (it refuses shared ones): a tied model's ``lm_head.weight`` is its
+    embedding, and on the CPU ``.cpu()`` hands back the same tensor; a tensor whose
+    storage an earlier one holds is copied."""
+    seen: set[int] = set()
+    tensors: dict[str, torch.Tensor] = {}
+    for name, tensor in weights:
+        host = tensor.detach().cpu().contiguous()
+        storage = host.untyped_storage().data_ptr()
+        if storage in seen:
+            host = host.clone()
+        seen.add(storage)
+        tensors[name] = host
+    return tensors
+
+
 def bucket_specs(entries: Sequence[tuple[str, torch.Tensor | str]]) -> tuple[TensorSpec, ...]:
     """Where each of ``entries`` lies in a packed buffer (an entry whose value is a name
-    is an alias of it, with no bytes); the buffer's size is the sum of their bytes."""
+    is an alias of it, with no bytes): back to back, each at an offset its element
+    size divides (a ``float32`` after an odd count of ``bfloat16`` values moves up two
+    bytes: a view of the buffer as ``float32`` needs it). The buffer's size is
+    :func:`buffer_bytes`."""
     specs: list[TensorSpec] = []
     offset = 0
     for name, value in entries:
         if isinstance(value, str):
             specs.append(TensorSpec(name, "", (), -1, alias_of=value))
             continue
+        offset += -offset % value.element_size()
         dtype = str(value.dtype).removeprefix("torch.")
         specs.append(TensorSpec(name, dtype, tuple(value.shape), offset))
         offset += specs[-1].num_bytes
     return tuple(specs)
+
+
+def buffer_bytes(specs: Sequence[TensorSpec]) -> int:
+    """The packed buffer's size for ``specs`` (:func:`bucket_specs`): the end of its
+    last tensor."""
+    return max((spec.offset + spec.num_bytes for spec in specs if spec.alias_of is None), default=0)
 
 
 def copy_into(

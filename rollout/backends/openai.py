@@ -178,7 +178,9 @@ class OpenAIBackend:
             )
         from safetensors.torch import save_file
 
-        tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in weights}
+        from agentgym.rollout.backends.buckets import unshared
+
+        tensors = unshared(weights)
         if self.server == "sglang":
             await self._reload_sglang(tensors)
             return

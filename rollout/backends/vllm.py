@@ -147,7 +147,9 @@ class VLLMBackend:
         """Send ``weights`` to every worker as safetensors bytes and clear the prefix cache."""
         from safetensors.torch import save
 
-        payload = save({name: tensor.detach().contiguous().cpu() for name, tensor in weights})
+        from agentgym.rollout.backends.buckets import unshared
+
+        payload = save(unshared(weights))
         await self.engine.collective_rpc("agentgym_load_weights", args=(payload,))
         await self.engine.reset_prefix_cache()
 

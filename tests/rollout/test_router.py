@@ -188,6 +188,25 @@ def test_the_wire_format_round_trips() -> None:
     assert again.aliases() == [("b", "a")]
 
 
+def test_mixed_dtypes_pack_at_offsets_their_views_accept() -> None:
+    # a bf16 model with fp32 tensors (norms, routers): 3 bf16 values end at byte 6
+    tensors: list[tuple[str, torch.Tensor]] = [
+        ("odd", torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16)),
+        ("f32", torch.arange(4, dtype=torch.float32)),
+        ("byte", torch.tensor([7], dtype=torch.uint8)),
+        ("f64", torch.tensor([0.125], dtype=torch.float64)),
+    ]
+    bucket = pack_bucket(0, tensors)
+    assert [spec.offset for spec in bucket.specs] == [0, 8, 24, 32]
+    assert bucket.num_bytes == 40
+    for (name, sent), (got_name, got) in zip(tensors, bucket.tensors(), strict=True):
+        assert got_name == name and got.dtype == sent.dtype and torch.equal(got, sent)
+    payload, specs = bucket.to_wire()
+    again = WeightBucket.from_wire(bytes(payload), specs)
+    pairs = zip(again.tensors(), bucket.tensors(), strict=True)
+    assert all(torch.equal(a, b) for (_, a), (_, b) in pairs)
+
+
 def test_requests_wait_for_a_weight_sync_in_progress() -> None:
     async def scenario() -> list[str]:
         engine = RecordingLoader()
