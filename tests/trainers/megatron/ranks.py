@@ -44,7 +44,7 @@ def grpo_config(mode: str = "seq-mean-token-mean") -> Any:
 def megatron(model_dir: Path, rank: int, world: int, **config: Any) -> Dealt:
     from agentgym.trainers.strategies.megatron.strategy import MegatronStrategy
 
-    return Dealt(MegatronStrategy(model_dir, **SETTINGS, **config), rank, world)
+    return Dealt(MegatronStrategy(model_dir, **(SETTINGS | config)), rank, world)
 
 
 def weights(strategy: Any) -> dict[str, torch.Tensor]:
@@ -174,4 +174,9 @@ def train_every_layout(rank: int, world: int, model_dir: Path) -> dict[str, Any]
         "runs": runs,
         "prompted": prompted_runs,
         "loss_agg_modes": every_loss_agg_mode(rank, world, model_dir),
+        "unclipped": train_two_steps(rank, world, model_dir, {"optimizer": UNCLIPPED}),
     }
+
+
+UNCLIPPED = OptimizerConfig(learning_rate=1e-3, max_grad_norm=None)
+"""No gradient clipping: the step still reports the gradient's norm."""

@@ -20,6 +20,7 @@ from tests.trainers.megatron.ranks import (
     LOSS_AGG_MODES,
     PROMPT,
     SETTINGS,
+    UNCLIPPED,
     grpo_config,
     train_every_layout,
     two_steps,
@@ -72,6 +73,16 @@ def test_the_head_runs_from_the_first_scored_token_and_trains_as_the_torch_strat
     assert positions and all(p <= WIDTH - PROMPT + 1 for p in positions), positions
     # ... and the step is the torch strategy's (which cuts its head there too)
     assert_same_run(two_steps(TorchStrategy(qwen_dir, **SETTINGS), prompt=True), run)
+
+
+def test_an_unclipped_step_reports_the_gradient_norm_as_the_torch_strategy(
+    qwen_dir: Path, megatron_runs: dict
+) -> None:
+    run = megatron_runs["unclipped"]  # DP=2
+    assert all(metrics["actor/grad_norm"] > 0 for metrics in run[0])
+    assert_same_run(
+        two_steps(TorchStrategy(qwen_dir, **(SETTINGS | {"optimizer": UNCLIPPED}))), run
+    )
 
 
 def test_every_loss_agg_mode_equals_the_torch_strategy(qwen_dir: Path, megatron_runs: dict) -> None:

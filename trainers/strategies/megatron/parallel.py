@@ -284,9 +284,13 @@ def wrap_for_training(
 
 
 def optimizer_step(optimizer: Any, lr: float) -> float:
-    """Set the learning rate, step; returns the gradient norm before clipping."""
+    """Set the learning rate, step; returns the gradient norm before clipping.
+
+    megatron-core's chained optimizer (what ``get_megatron_optimizer`` returns) computes
+    the norm in ``step`` whether it clips or not, after copying the gradients in; asked
+    before the step (they were already zeroed by then) it read 0.
+    """
     for group in optimizer.param_groups:
         group["lr"] = lr
-    norm = None if optimizer.config.clip_grad > 0 else optimizer.get_grad_norm()
-    _, clipped_norm, _ = optimizer.step()
-    return float(clipped_norm if norm is None else norm)
+    _, norm, _ = optimizer.step()
+    return float("nan") if norm is None else float(norm)  # None: it skipped the step
