@@ -214,6 +214,19 @@ def test_search_refuses_what_does_not_fit_and_keeps_memory_ordered() -> None:
             assert all(t.peak_gib >= plan.peak_gib for t in twin)
 
 
+def test_sequence_splits_are_planned_only_for_transformer_engine() -> None:
+    shape = load_shape("Qwen2.5-7B")
+    work = Workload(seq_len=4096, rollout_batch_size=32, num_return_sequences=8)
+    ours = [plan.layout for plan in search(shape, Devices(8, 80.0), work)]
+    # agentgym's Megatron strategy refuses SP and CP (local layer spec): never planned
+    assert any(lay.tp > 1 for lay in ours)
+    assert not any(lay.sequence_parallel or lay.cp > 1 for lay in ours)
+    with_te = dataclasses.replace(work, split_sequence=True)
+    theirs = [plan.layout for plan in search(shape, Devices(8, 80.0), with_te)]
+    assert all(lay.sequence_parallel == (lay.tp > 1) for lay in theirs)
+    assert any(lay.cp > 1 for lay in theirs) and len(theirs) > len(ours)
+
+
 def test_command_prints_the_table_and_roll_keys(capsys: pytest.CaptureFixture[str]) -> None:
     main(
         [

@@ -108,6 +108,12 @@ def parser() -> argparse.ArgumentParser:
         default=4.0,
         help="memory kept back per device (context, NCCL, fragmentation)",
     )
+    p.add_argument(
+        "--transformer-engine",
+        action="store_true",
+        help="plan for Megatron-LM with Transformer Engine (ROLL's runs): sequence parallelism "
+        "beside TP and context parallelism; agentgym's Megatron strategy has neither",
+    )
     p.add_argument("--top", type=int, default=10, help="rows of the table")
     p.add_argument("--refused", action="store_true", help="list the refused layouts too")
     return p
@@ -139,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             args.colocate,
             args.infer_tp,
             args.prompt_len,
+            split_sequence=args.transformer_engine,
         )
     except ValueError as error:
         parser().error(str(error))

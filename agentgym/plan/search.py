@@ -64,6 +64,10 @@ class Workload:
         infer_tp: The engines' tensor parallel size.
         prompt_len: Tokens before the first scored one in every sample (the shortest
             first prompt): the LM head skips them. 0 counts the head on every position.
+        split_sequence: Whether the trainer can split the sequence: sequence parallelism
+            beside TP, and context parallelism. Megatron-LM with Transformer Engine can
+            (ROLL's runs); this project's Megatron strategy builds megatron-core's local
+            layer spec, which cannot, so the default plans TP without SP and no CP.
     """
 
     seq_len: int
@@ -74,6 +78,7 @@ class Workload:
     colocated: bool = False
     infer_tp: int = 1
     prompt_len: int = 0
+    split_sequence: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.prompt_len < self.seq_len:
@@ -247,6 +252,7 @@ def layouts(shape: ModelShape, devices: Devices, work: Workload) -> list[tuple[L
     TP divides the query and kv heads and stays inside a node with CP; PP divides the
     layers; CP halves of the sequence split evenly (Megatron's load-balanced CP needs
     ``seq % (2 cp) == 0``); the mini-batch splits into DP × micro-batch × accumulation.
+    SP beside TP and CP > 1 only where ``work.split_sequence``.
     """
     minibatch = work.mini_batch_size or work.samples
     found = []
@@ -254,7 +260,7 @@ def layouts(shape: ModelShape, devices: Devices, work: Workload) -> list[tuple[L
         if shape.num_heads % tp or shape.num_kv_heads % tp:
             continue
         for cp in _divisors(devices.per_node // tp):
-            if work.seq_len % (2 * cp) and cp > 1:
+            if cp > 1 and (work.seq_len % (2 * cp) or not work.split_sequence):
                 continue
             for pp in _divisors(shape.num_layers):
                 if devices.count % (tp * cp * pp):
@@ -268,7 +274,8 @@ def layouts(shape: ModelShape, devices: Devices, work: Workload) -> list[tuple[L
                         continue
                     for dist_opt in (False, True) if dp * cp > 1 else (False,):
                         for recompute in RECOMPUTE:
-                            layout = Layout(tp, pp, cp, dp, dist_opt, recompute, mbs, tp > 1)
+                            sp = tp > 1 and work.split_sequence
+                            layout = Layout(tp, pp, cp, dp, dist_opt, recompute, mbs, sp)
                             found.append((layout, per_replica // mbs))
     return found
 
@@ -279,10 +286,8 @@ def explain(plan: Plan, shape: ModelShape) -> None:
     gib = {k: v / GIB for k, v in mem.items()}
     reasons = []
     if lay.tp > 1:
-        reasons.append(
-            f"tp={lay.tp} inside a node splits weights and activations "
-            f"(SP on), {sec['tp']:.2f} s of all-reduce"
-        )
+        split = "weights and activations (SP on)" if lay.sequence_parallel else "weights"
+        reasons.append(f"tp={lay.tp} inside a node splits {split}, {sec['tp']:.2f} s of all-reduce")
     if lay.pp > 1:
         reasons.append(
             f"pp={lay.pp}: {shape.num_layers // lay.pp} layers a stage, "

@@ -54,6 +54,7 @@ def test_merging_the_shards_gives_the_full_tensor(layout: str) -> None:
 
 
 def test_options_that_need_transformer_engine_stop_at_start() -> None:
+    # on every device: the strategy builds megatron-core's local spec on a GPU too
     with pytest.raises(ValueError, match="sequence_parallel=True needs Transformer Engine"):
         check_options(Parallelism(), sequence_parallel=True, recompute_granularity=None)
     with pytest.raises(ValueError, match="context_parallel_size=2 needs Transformer Engine"):

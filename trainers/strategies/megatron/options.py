@@ -17,33 +17,27 @@ RECOMPUTE: dict[str, dict[str, Any]] = {
 """``recompute_granularity`` -> megatron-core's ``TransformerConfig`` fields."""
 
 
-def _has_transformer_engine() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("transformer_engine") is not None
-
-
 def check_options(
     parallelism: Parallelism, *, sequence_parallel: bool, recompute_granularity: str | None
 ) -> dict[str, Any]:
     """The ``TransformerConfig`` overrides of these options.
 
     Raises:
-        ValueError: On an option that needs Transformer Engine or a GPU when they
-            are missing, one this strategy does not build, or an unknown value.
+        ValueError: On an option this strategy does not build (sequence and context
+            parallelism need Transformer Engine's layer spec; the strategy builds
+            megatron-core's local one on every device), or an unknown value.
     """
-    import torch
-
-    gpu_te = torch.cuda.is_available() and _has_transformer_engine()
-    if sequence_parallel and not gpu_te:
+    if sequence_parallel:
         raise ValueError(
-            "sequence_parallel=True needs Transformer Engine on a GPU (megatron-core's local "
-            "layer spec does not support it); set sequence_parallel: false"
+            "sequence_parallel=True needs Transformer Engine's layer spec; this strategy "
+            "builds megatron-core's local one (its norms cannot take a sequence split), on "
+            "a GPU too; set sequence_parallel: false"
         )
-    if parallelism.context_parallel_size > 1 and not gpu_te:
+    if parallelism.context_parallel_size > 1:
         raise ValueError(
             f"context_parallel_size={parallelism.context_parallel_size} needs Transformer "
-            "Engine's attention on a GPU; set context_parallel_size: 1"
+            "Engine's attention; this strategy builds megatron-core's local layer spec, on "
+            "a GPU too; set context_parallel_size: 1"
         )
     if parallelism.expert_model_parallel_size > 1:
         raise ValueError(
