@@ -122,6 +122,21 @@ def attention_checks(rank: int, world: int) -> dict[str, Any]:
             layer = model.decoder.layers[0].self_attention.core_attention
             picked[bool(env)] = type(layer).__name__
         results["picked"] = picked
+        # The final norm whatever megatron-core would pick by what is installed (here as
+        # with Apex but no Transformer Engine: a LayerNorm that refuses RMSNorm).
+        from megatron.core.transformer import transformer_block
+
+        class ApexLike(torch.nn.Module):
+            def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+                raise AssertionError("FusedLayerNorm takes LayerNorm only")
+
+        installed = transformer_block.LayerNormImpl
+        transformer_block.LayerNormImpl = ApexLike
+        try:
+            model = build_gpt_model(hf, transformer_config(hf, Parallelism()))
+        finally:
+            transformer_block.LayerNormImpl = installed
+        results["final_norm"] = type(model.decoder.final_layernorm).__name__
     return results
 
 
@@ -145,6 +160,12 @@ def test_fused_attention_matches_megatrons_and_keeps_no_square(
     # keys and values kept per group, not repeated to the query heads
     assert fused["saved"].count((BATCH, GROUPS, SEQ, HEAD_DIM)) == 2
     assert (BATCH, GROUPS, SEQ, HEAD_DIM) not in parent["saved"]
+
+
+def test_the_final_norm_is_the_layers_torch_norm_whatever_is_installed(
+    checks: dict[str, Any],
+) -> None:
+    assert checks["final_norm"] == "RMSNorm"  # torch.nn.RMSNorm, as WrappedTorchNorm builds
 
 
 def test_heads_wider_than_the_grouped_kernels_take_repeated_keys(checks: dict[str, Any]) -> None:

@@ -3,6 +3,8 @@ group)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -71,6 +73,14 @@ def test_options_that_need_transformer_engine_stop_at_start() -> None:
         "sequence_parallel": False,
         "recompute_granularity": "selective",
     }
+
+
+def test_float16_stops_at_start_naming_bfloat16(tmp_path: Path) -> None:
+    from agentgym.trainers.strategies.megatron.strategy import MegatronStrategy
+
+    # before any model work (the folder is empty): megatron-core's fp16 needs loss scaling
+    with pytest.raises(ValueError, match="float32 or bfloat16, not dtype='float16'"):
+        MegatronStrategy(tmp_path, dtype="float16")
 
 
 def test_a_short_mini_batch_is_filled_with_masked_copies_for_every_replica() -> None:

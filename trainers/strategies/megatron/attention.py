@@ -75,8 +75,16 @@ class SdpaAttention(DotProductAttention):
             )
         repeats = self.num_attention_heads_per_partition // self.num_query_groups_per_partition
         # Grouped keys and values go to SDPA as they are where its flash kernels take them
-        # (no mask, head size <= 256: transformers' rule); else repeated, as the parent does.
-        grouped = repeats > 1 and key.shape[-1] == value.shape[-1] <= GQA_MAX_HEAD_DIM
+        # (no mask, head size <= 256: transformers' rule; on a GPU in half precision only:
+        # a float32 grouped call falls to the math kernel, which keeps the s × s scores,
+        # while repeated keys reach the memory-efficient one); else repeated, as the
+        # parent does.
+        half = query.dtype in (torch.float16, torch.bfloat16)
+        grouped = (
+            repeats > 1
+            and key.shape[-1] == value.shape[-1] <= GQA_MAX_HEAD_DIM
+            and (half or not query.is_cuda)
+        )
         if repeats > 1 and not grouped:
             key = key.repeat_interleave(repeats, dim=2)
             value = value.repeat_interleave(repeats, dim=2)

@@ -54,14 +54,18 @@ def save(strategy: MegatronStrategy, directory: Path) -> None:
     from safetensors.torch import save_file
 
     directory = Path(directory)
+    keep = dist.get_rank() == 0  # every rank takes part in the export (it is collective)
     weights = {
-        name: tensor.detach().clone().contiguous() for name, tensor in strategy.export_weights()
-    }
+        name: tensor.detach().to("cpu", copy=True).contiguous()
+        for name, tensor in strategy.export_weights()
+        if keep
+    }  # host copies on rank 0 alone: a whole model beside each GPU's shards would not fit
     with device_mode(), torch.no_grad():
         fresh = _ensure_optimizer_state(strategy.optimizer)  # its sharded state needs tensors
     if dist.get_rank() == 0:
         (directory / "model").mkdir(parents=True, exist_ok=True)
         save_file(weights, str(directory / "model" / "model.safetensors"))
+        weights.clear()
         for name in HF_FILES:
             if (strategy.model_path / name).exists():
                 shutil.copy(strategy.model_path / name, directory / "model" / name)
@@ -100,9 +104,13 @@ def _ensure_optimizer_state(optimizer: Any) -> bool:
 
 
 def _clear_optimizer_state(optimizer: Any) -> None:
-    """Back to a fresh optimizer: Adam's next step is its first."""
+    """Back to a fresh optimizer: Adam's next step is its first (Apex's and Transformer
+    Engine's FusedAdam, which megatron-core takes where installed, count their steps in
+    the parameter groups, torch's Adam in the per-parameter state)."""
     for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
         inner.optimizer.state.clear()
+        for group in inner.optimizer.param_groups:
+            group.pop("step", None)
 
 
 def _unshare_adam_steps(optimizer: Any) -> None:

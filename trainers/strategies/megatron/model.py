@@ -173,6 +173,11 @@ def build_gpt_model(hf_config: Any, config: Any, *, vp_stage: int | None = None)
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+    from megatron.core.transformer.transformer_block import (
+        TransformerBlockSubmodules,
+        get_num_layers_to_build,
+    )
 
     from agentgym.trainers.strategies.megatron.attention import FUSED_BACKENDS, SdpaAttention
     from agentgym.trainers.strategies.megatron.swiglu import SwiGLU
@@ -181,11 +186,18 @@ def build_gpt_model(hf_config: Any, config: Any, *, vp_stage: int | None = None)
     if config.attention_backend.name in FUSED_BACKENDS:
         spec.submodules.self_attention.submodules.core_attention = SdpaAttention
     spec.submodules.mlp.submodules.activation_func = SwiGLU  # with use_te_activation_func
+    # The final norm is the layers' torch RMSNorm on every machine: given a layer spec
+    # alone, megatron-core picks it by what is installed (Transformer Engine's norm, or
+    # Apex's LayerNorm, which refuses RMSNorm).
+    block = TransformerBlockSubmodules(
+        layer_specs=[spec] * get_num_layers_to_build(config, vp_stage=vp_stage),
+        layer_norm=WrappedTorchNorm,
+    )
     rope = getattr(hf_config, "rope_parameters", None) or {}
     theta = rope.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
     return GPTModel(
         config=config,
-        transformer_layer_spec=spec,
+        transformer_layer_spec=block,
         vocab_size=padded_vocab_size(hf_config.vocab_size, config.tensor_model_parallel_size),
         max_sequence_length=hf_config.max_position_embeddings,
         pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),

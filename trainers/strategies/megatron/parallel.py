@@ -144,8 +144,9 @@ def _last_stage_tp0(groups: Groups) -> bool:
 def gather_results(
     local: torch.Tensor | None, share: tuple[int, int], groups: Groups
 ) -> torch.Tensor:
-    """The rows every replica's last stage computed, in order, on every rank."""
-    mine = (share, local) if _last_stage_tp0(groups) and local is not None else None
+    """The rows every replica's last stage computed, in order, on every rank (through
+    the host: a pickled CUDA tensor would land on its sender's device index)."""
+    mine = (share, local.cpu()) if _last_stage_tp0(groups) and local is not None else None
     pieces = [piece for piece in gather_world([mine]) if piece[0] is not None]
     pieces.sort(key=lambda piece: piece[0][0][0])
     return torch.cat([piece[0][1] for piece in pieces])

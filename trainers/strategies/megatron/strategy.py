@@ -99,6 +99,12 @@ class MegatronStrategy:
     ) -> None:
         from transformers import AutoConfig
 
+        if dtype not in ("float32", "bfloat16"):
+            raise ValueError(
+                f"the Megatron strategy trains in float32 or bfloat16, not dtype={dtype!r}: "
+                "float16 needs megatron-core's loss scaling, which it does not set up; use "
+                "bfloat16 (or strategy_name: torch)"
+            )
         self.parallelism = Parallelism(
             tensor_model_parallel_size,
             pipeline_model_parallel_size,
