@@ -184,6 +184,8 @@ def generation_backend(
         )
         return backend if cap is None else RequestCap(backend, cap)
     engines = placement_plan(config).workers["actor_infer"]
+    if engines[0].gpu:  # each engine's GPUs: one model split over them
+        settings["tensor_parallel_size"] = config.actor_infer.num_gpus_per_worker
     clients = spawn_engines(
         cluster,
         len(engines),

@@ -258,6 +258,19 @@ def check_decoupled(config: TrainConfig) -> None:
                 "synchronizer.sync_method=nccl needs GPUs (torch sees no CUDA device); use "
                 "checkpoint (a shared filesystem) or memory (a Ray cluster)"
             )
+        trains_here = config.mode == "train" and config.distributed == "local"
+        if backend == "nccl" and config.mode == "train" and not trains_here:
+            raise ConfigError(
+                "synchronizer.sync_method=nccl sends from the trainer's GPU in its own process: "
+                "with distributed=ray its ranks' weights reach the driver on the host, which "
+                "NCCL cannot send; use distributed=local, or sync_method checkpoint or memory"
+            )
+        if backend == "nccl" and trains_here and _device_type(config.model.device) != "cuda":
+            raise ConfigError(
+                f"synchronizer.sync_method=nccl sends the trainer's weights from its GPU, but "
+                f"model.device={config.model.device!r}: set model.device=cuda, or use "
+                "sync_method checkpoint or memory"
+            )
     if config.mode == "explore" and config.is_use_additional_prompts:
         raise ConfigError(
             "mode=explore writes every complete group to the buffer: is_use_additional_prompts "
@@ -520,7 +533,26 @@ def data_parallel_size(config: TrainConfig, role: str = "actor_train") -> int:
     return world // parallel
 
 
+def _device_type(device: str) -> str:
+    import torch
+
+    try:
+        return torch.device(device).type
+    except RuntimeError as error:
+        raise ConfigError(f"model.device={device!r} is not a torch device: {error}") from None
+
+
 def check_placement(config: TrainConfig) -> None:
+    if (
+        config.distributed == "ray"
+        and config.num_gpus_per_node
+        and _device_type(config.model.device) != "cuda"
+    ):
+        raise ConfigError(
+            f"num_gpus_per_node={config.num_gpus_per_node} places the roles on GPUs, but "
+            f"model.device={config.model.device!r} would train and generate on the CPU beside "
+            "them: set model.device=cuda (each rank's and engine's own GPU)"
+        )
     reference = config.reference.device_mapping
     mappings = device_mappings(config)
     if reference and reference != mappings["actor_train"]:

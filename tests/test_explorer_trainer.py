@@ -222,6 +222,34 @@ def test_modes_and_methods_not_built_fail_at_the_config_check(override: str, mes
         validate(composed(override))
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("distributed=ray",), "its ranks' weights reach the driver on the host"),
+        ((), r"model.device='cpu': set model.device=cuda"),
+    ],
+)
+def test_nccl_sync_needs_a_trainer_on_its_own_gpu(
+    overrides: tuple[str, ...], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine
+    nccl = ("mode=train", "synchronizer.sync_method=nccl", *overrides)
+    with pytest.raises(ConfigError, match=message):
+        validate(composed(*nccl))
+    validate(composed(*nccl[:2], "model.device=cuda"))  # the trainer's own GPU: kept
+
+
+def test_gpus_placed_with_the_model_on_the_cpu_fail_naming_model_device() -> None:
+    placed = ("distributed=ray", "num_gpus_per_node=2")
+    with pytest.raises(ConfigError, match="num_gpus_per_node=2 places the roles on GPUs"):
+        validate(composed(*placed))
+    with pytest.raises(ConfigError, match=r"model\.device='cuda:x' is not a torch device"):
+        validate(composed(*placed, "model.device=cuda:x"))
+    validate(composed(*placed, "model.device=cuda"))
+
+
 def test_file_storage_is_the_sql_store_with_a_jsonl_copy_in_the_job_folder(
     tmp_path: Path,
 ) -> None:

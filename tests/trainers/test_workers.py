@@ -112,3 +112,18 @@ def test_one_local_rank_equals_the_strategy(tiny_model_dir: Path) -> None:
         assert_same_run(single, two_steps(group(cluster, tiny_model_dir, 1)))
     finally:
         cluster.shutdown()
+
+
+def test_the_group_backend_follows_the_device_the_ranks_train_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentgym.trainers.ranks import group_backend
+
+    # a machine with GPUs whose ranks train on the CPU (Ray's CPU-only ranks see every GPU)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert group_backend("torch", {"device": "cpu"}) == "gloo"
+    assert group_backend("fsdp2_train", {"device": "cpu"}) == "gloo"
+    assert group_backend("torch", {"device": "cuda"}) == "nccl"
+    assert group_backend("megatron_train", {"device": "cpu"}) == "nccl"  # the rank's GPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert group_backend("megatron_train", {}) == "gloo"

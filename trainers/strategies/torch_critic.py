@@ -76,8 +76,8 @@ class TorchCritic:
         config = AutoConfig.from_pretrained(str(model_path), num_labels=1)
         config.classifier_dropout = 0.0  # set after loading: from_pretrained drops unknown keys
         extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with torch.random.fork_rng(devices=[]):  # the CPU's RNG only, restored after
+            torch.default_generator.manual_seed(seed)  # the head is initialised on the CPU
             model = AutoModelForTokenClassification.from_pretrained(
                 str(model_path), config=config, dtype=getattr(torch, dtype), **extra
             )
@@ -140,5 +140,8 @@ class TorchCritic:
     def load(self, directory: Path) -> None:
         """Restore what :meth:`save` wrote, in place (any shard layout, tied weights)."""
         load_weights(self.model, directory / "model", device=self.device)
-        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
+        # through the host: the optimizer puts its state on each parameter's device (a
+        # checkpoint from a GPU loads where none is, or on another index)
+        optimizer = torch.load(directory / "optimizer.pt", map_location="cpu", weights_only=True)
+        self.optimizer.load_state_dict(optimizer)
         self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=True))

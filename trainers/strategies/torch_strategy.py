@@ -320,7 +320,10 @@ class TorchStrategy:
             load_adapter(self.model, directory / ADAPTER_DIR)
         else:
             load_weights(self.model, directory / "model", device=self.device)
-        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
+        # through the host: the optimizer puts its state on each parameter's device (a
+        # checkpoint from a GPU loads where none is, or on another index)
+        optimizer = torch.load(directory / "optimizer.pt", map_location="cpu", weights_only=True)
+        self.optimizer.load_state_dict(optimizer)
         self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=True))
 
 
