@@ -82,6 +82,16 @@ def test_fitting_lists_each_change_for_a_cpu_machine(taskset: Path) -> None:
     assert "queue" in translation.table()
 
 
+def test_on_a_gpu_machine_the_job_trains_and_generates_on_the_gpus(taskset: Path) -> None:
+    gpu = Machine(cuda=True, megatron=True, flash_attn=True)
+    translation = from_trinity(load_trinity(FILES / "trainer.yaml"), machine=gpu)
+    fitted = {change.key: change.fitted for change in translation.changes}
+    assert fitted["model.device"] == "cuda"  # the default, cpu, would leave them idle
+    assert "num_gpus_per_node" not in fitted  # the file's placement stays
+    cpu = {c.key for c in from_trinity(load_trinity(FILES / "trainer.yaml"), machine=CPU).changes}
+    assert "model.device" not in cpu
+
+
 def test_keys_without_meaning_here_are_named(taskset: Path) -> None:
     raw = load_trinity(FILES / "trainer.yaml")
     raw["trainer"]["grad_clp"] = 1.0

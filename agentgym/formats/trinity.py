@@ -417,7 +417,8 @@ def fit_trinity(values: dict[str, Any], machine: Machine) -> list[Change]:
     GPU placement); without a Ray cluster to share (``RAY_ADDRESS``), the queue buffer
     becomes the same SQLite file opened by each process, memory sync becomes
     checkpoint folders; NCCL sync (GPUs) becomes checkpoint folders. Each change is
-    returned (printed as a table)."""
+    returned (printed as a table). On a GPU machine the job's models go to the GPUs
+    (``model.device`` cuda)."""
     import os
 
     changes: list[Change] = []
@@ -438,6 +439,9 @@ def fit_trinity(values: dict[str, Any], machine: Machine) -> list[Change]:
                 change(key, None, why)
         if values.get("synchronizer.sync_method") in ("nccl", "online"):
             change("synchronizer.sync_method", "checkpoint", "NCCL needs GPUs")
+    elif values.get("num_gpus_per_node") and values.get("model.device", "cpu") == "cpu":
+        gpus = values["num_gpus_per_node"]
+        change("model.device", "cuda", f"gpu_per_node={gpus}: the job trains and generates there")
     shared_ray = bool(os.environ.get("RAY_ADDRESS"))
     if not shared_ray:
         why = "no Ray cluster to share (RAY_ADDRESS unset): the job's processes meet in files"
