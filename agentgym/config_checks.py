@@ -543,16 +543,6 @@ def _device_type(device: str) -> str:
 
 
 def check_placement(config: TrainConfig) -> None:
-    if (
-        config.distributed == "ray"
-        and config.num_gpus_per_node
-        and _device_type(config.model.device) != "cuda"
-    ):
-        raise ConfigError(
-            f"num_gpus_per_node={config.num_gpus_per_node} places the roles on GPUs, but "
-            f"model.device={config.model.device!r} would train and generate on the CPU beside "
-            "them: set model.device=cuda (each rank's and engine's own GPU)"
-        )
     reference = config.reference.device_mapping
     mappings = device_mappings(config)
     if reference and reference != mappings["actor_train"]:
@@ -575,3 +565,13 @@ def check_placement(config: TrainConfig) -> None:
                 f"num_nodes={config.num_nodes}, actor_train has {sizes['actor_train']} rank(s) "
                 f"and actor_infer {sizes['actor_infer']} engine(s): set distributed=ray"
             )
+    if (
+        config.distributed == "ray"
+        and config.num_gpus_per_node
+        and _device_type(config.model.device) != "cuda"
+    ):
+        raise ConfigError(
+            f"num_gpus_per_node={config.num_gpus_per_node} places the roles on GPUs, but "
+            f"model.device={config.model.device!r} would train and generate on the CPU beside "
+            "them: set model.device=cuda (each rank's and engine's own GPU)"
+        )

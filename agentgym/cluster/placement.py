@@ -54,7 +54,9 @@ class WorkerPlacement:
 
     @property
     def visible_devices(self) -> str:
-        """``CUDA_VISIBLE_DEVICES`` for the worker (local device indices, comma-separated)."""
+        """The worker's device slots on its node, comma-separated (its
+        ``CUDA_VISIBLE_DEVICES`` names those of the node's own GPUs:
+        :func:`~agentgym.cluster.ray_cluster.physical_devices`)."""
         return ",".join(str(slot.device) for slot in self.slots)
 
 

@@ -32,6 +32,35 @@ ACTOR_CPUS = 0.01
 """CPU share each actor requests: non-zero so Ray honours its placement, small so
 that many actors fit a 2-core node."""
 
+
+def physical_devices(slots: str, visible: str | None) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for device ``slots`` (node-local indices, comma-separated)
+    on a node whose own list is ``visible`` (its raylet's ``CUDA_VISIBLE_DEVICES``:
+    SLURM or a shared machine may give the job GPUs 4-7 only; None: every GPU, in order).
+
+    Raises:
+        RuntimeError: A slot past the node's list.
+    """
+    if visible is None:
+        return slots
+    names = [name.strip() for name in visible.split(",") if name.strip()]
+    picked = []
+    for slot in (int(s) for s in slots.split(",")):
+        if slot >= len(names):
+            raise RuntimeError(
+                f"device slot {slot} is placed on a node whose CUDA_VISIBLE_DEVICES={visible!r} "
+                f"names {len(names)} device(s): lower num_gpus_per_node to what each node has"
+            )
+        picked.append(names[slot])
+    return ",".join(picked)
+
+
+def visible_here() -> str | None:
+    """This process's ``CUDA_VISIBLE_DEVICES`` (run as a task on a node, with Ray told to
+    leave it alone: the node's own list, which its raylet was started with)."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 """With this, a Ray instance started here binds to 127.0.0.1 (not the external interface)."""
 
@@ -177,6 +206,7 @@ class RayCluster:
             self.shutdown()
             raise
         self.handles: list[RayHandle] = []
+        self._node_devices: dict[int, str | None] = {}
 
     def _place(self, ray: Any) -> None:
         """Rank the nodes and wait for one placement group per node.
@@ -247,7 +277,9 @@ class RayCluster:
             cls: The worker class (an ordinary class; async methods make an async actor).
             name: The worker's name in messages.
             node: The node rank (index into the ranked nodes).
-            visible_devices: ``CUDA_VISIBLE_DEVICES`` for the actor (its devices on the node).
+            visible_devices: The actor's devices on the node, as slots (``0,1``): its
+                ``CUDA_VISIBLE_DEVICES`` names those of the node's own GPUs
+                (:func:`physical_devices`).
             gpu: Request a GPU share (the actor sees the GPUs ``visible_devices`` names).
             concurrency: Calls the actor serves at once (threads, or asyncio tasks).
             restarts: Times Ray restarts the actor after its process dies (-1: always).
@@ -257,7 +289,8 @@ class RayCluster:
 
         env_vars = dict(self.env_vars)
         if visible_devices is not None:
-            env_vars["CUDA_VISIBLE_DEVICES"] = visible_devices
+            node_list = self.node_devices(node)
+            env_vars["CUDA_VISIBLE_DEVICES"] = physical_devices(visible_devices, node_list)
             env_vars["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
         options: dict[str, Any] = {
             "num_cpus": ACTOR_CPUS,
@@ -274,6 +307,23 @@ class RayCluster:
         handle = RayHandle(actor, name=name, node=node, rpc_timeout=self.rpc_timeout)
         self.handles.append(handle)
         return handle
+
+    def node_devices(self, node: int) -> str | None:
+        """Node ``node``'s own ``CUDA_VISIBLE_DEVICES`` (None: unset, every GPU), read
+        once by a task there."""
+        if node not in self._node_devices:
+            ray = _import_ray()
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            probe = ray.remote(visible_here).options(
+                num_cpus=ACTOR_CPUS,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.placement_groups[node], placement_group_bundle_index=0
+                ),
+                runtime_env={"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}},
+            )
+            self._node_devices[node] = ray.get(probe.remote(), timeout=self.rpc_timeout or 120)
+        return self._node_devices[node]
 
     def node_address(self, node: int) -> str:
         """The IP address Ray reports for node ``node``."""

@@ -39,9 +39,18 @@ class Probe:
         return 2 * x
 
 
+NODE_GPUS = "4,5,6,7"
+"""The node's own CUDA_VISIBLE_DEVICES (as SLURM gives a job GPUs 4-7): its raylet,
+started here, inherits it, and so do the actors' processes."""
+
+
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Cluster]:
-    cluster = start_cluster("ray", env_vars={"AGENTGYM_PROBE": "from system_envs"}, rpc_timeout=60)
+    with pytest.MonkeyPatch.context() as patch:  # only while the raylet starts
+        patch.setenv("CUDA_VISIBLE_DEVICES", NODE_GPUS)
+        cluster = start_cluster(
+            "ray", env_vars={"AGENTGYM_PROBE": "from system_envs"}, rpc_timeout=60
+        )
     try:
         yield cluster
     finally:
@@ -56,7 +65,20 @@ def test_an_actor_runs_in_its_own_process_with_system_envs_and_devices(
     value, pid, probe = handle.call_sync("read", "AGENTGYM_PROBE")
     assert (value, probe) == (7, "from system_envs")
     assert pid != os.getpid()
-    assert handle.call_sync("read", "CUDA_VISIBLE_DEVICES")[2] == "1,3"
+    # slots 1 and 3 of the node's own GPUs (4, 5, 6, 7), not physical GPUs 1 and 3
+    assert handle.call_sync("read", "CUDA_VISIBLE_DEVICES")[2] == "5,7"
+    plain = ray_cluster.spawn(Probe, 7, name="probe[1]", node=0)
+    assert plain.call_sync("read", "CUDA_VISIBLE_DEVICES")[2] == NODE_GPUS  # untouched
+
+
+def test_device_slots_map_through_the_nodes_own_list() -> None:
+    from agentgym.cluster.ray_cluster import physical_devices
+
+    assert physical_devices("0,1", None) == "0,1"  # every GPU, in order
+    assert physical_devices("0,2", "4, 5,6") == "4,6"
+    assert physical_devices("1", "GPU-uuid-a,GPU-uuid-b") == "GPU-uuid-b"
+    with pytest.raises(RuntimeError, match="names 2 device"):
+        physical_devices("2", "4,5")
 
 
 @pytest.mark.ray
