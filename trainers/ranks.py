@@ -165,11 +165,12 @@ class GroupRank:
     def open_export(self, bucket_bytes: int) -> None:
         """Start streaming the weights in buckets of about ``bucket_bytes``
         (:meth:`next_bucket` takes them in order)."""
-        self._export = _buckets(self.strategy.export_weights(), bucket_bytes)
+        keep = self.rank == 0  # the others take part in a collective export, and send nothing
+        self._export = _buckets(self.strategy.export_weights(), bucket_bytes, keep=keep)
 
     def next_bucket(self) -> dict[str, torch.Tensor] | None:
         """The next bucket of the export :meth:`open_export` started (detached CPU
-        copies by Hugging Face name), or None after the last."""
+        copies by Hugging Face name; empty on ranks other than 0), or None after the last."""
         return next(self._export, None)
 
     def save(self, directory: str) -> None:
@@ -398,19 +399,22 @@ def split_rows(batch: RolloutBatch, parts: int) -> list[RolloutBatch]:
 
 
 def _buckets(
-    weights: Iterator[tuple[str, torch.Tensor]], bucket_bytes: int
+    weights: Iterator[tuple[str, torch.Tensor]], bucket_bytes: int, *, keep: bool = True
 ) -> Iterator[dict[str, torch.Tensor]]:
-    """``weights`` in dicts of about ``bucket_bytes``, as detached CPU copies."""
+    """``weights`` in dicts of about ``bucket_bytes``, as detached CPU copies; with
+    ``keep`` false the same buckets empty (a rank that iterates a collective export for
+    its collectives: only rank 0's copies travel to the driver)."""
     bucket: dict[str, torch.Tensor] = {}
-    size = 0
+    size = count = 0
     for name, tensor in weights:
         nbytes = tensor.numel() * tensor.element_size()
-        if bucket and size + nbytes > bucket_bytes:
+        if count and size + nbytes > bucket_bytes:
             yield bucket
-            bucket, size = {}, 0
-        bucket[name] = tensor.detach().to("cpu", copy=True)
-        size += nbytes
-    if bucket:
+            bucket, size, count = {}, 0, 0
+        if keep:
+            bucket[name] = tensor.detach().to("cpu", copy=True)
+        size, count = size + nbytes, count + 1
+    if count:
         yield bucket
 
 

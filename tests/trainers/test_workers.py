@@ -127,3 +127,22 @@ def test_the_group_backend_follows_the_device_the_ranks_train_on(
     assert group_backend("megatron_train", {"device": "cpu"}) == "nccl"  # the rank's GPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert group_backend("megatron_train", {}) == "gloo"
+
+
+def test_ranks_other_than_0_stream_a_collective_export_without_sending_it() -> None:
+    from agentgym.trainers.ranks import _buckets
+
+    weights = [(f"w{i}", torch.full((4,), float(i))) for i in range(5)]  # 16 bytes each
+    sent = list(_buckets(iter(weights), 40))
+    assert [list(bucket) for bucket in sent] == [["w0", "w1"], ["w2", "w3"], ["w4"]]
+    assert all(torch.equal(sent[i // 2][f"w{i}"], t) for i, (_, t) in enumerate(weights))
+    pulled: list[str] = []
+
+    def export() -> Iterator[tuple[str, torch.Tensor]]:  # the collective export, iterated
+        for name, tensor in weights:
+            pulled.append(name)
+            yield name, tensor
+
+    silent = list(_buckets(export(), 40, keep=False))
+    assert silent == [{}, {}, {}]  # the same steps as rank 0's, nothing in them
+    assert pulled == [name for name, _ in weights]
