@@ -30,7 +30,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -134,7 +134,14 @@ class CollectiveChannel:
     def store(
         self, version: int, tensors: Mapping[str, torch.Tensor], groups_per_step: int
     ) -> None:
-        """Pack ``tensors`` on their device as version ``version`` and serve it."""
+        """Pack ``tensors`` on their device as version ``version`` and serve it.
+
+        The version it replaces is let go first (a transfer under way keeps its own
+        reference): the device holds one packed copy of the model, not two.
+        """
+        self._snapshot = None
+        if self._server is not None:
+            self._server.snapshot = None
         buckets = []
         for entries in chunk_weights(tensors.items(), self.bucket_bytes):
             specs = bucket_specs(entries)
@@ -142,8 +149,7 @@ class CollectiveChannel:
             flat = torch.empty(buffer_bytes(specs), dtype=torch.uint8, device=device)
             copy_into(flat, specs, entries)
             buckets.append((specs, flat))
-        if self.backend == "nccl":
-            torch.cuda.synchronize()
+        _finish_copies(flat for _, flat in buckets)  # not the serving thread's transfer
         snapshot = _Snapshot(f"collective-v{version:08d}", tuple(buckets))
         if self._server is None:
             self._server = _Server(self.folder.root, self.backend, self.host, self.timeout)
@@ -340,8 +346,7 @@ class _Server:
         try:
             for _, flat in snapshot.buckets:
                 _broadcast(group, flat)
-            if self.backend == "nccl":
-                torch.cuda.synchronize()
+            _finish_copies(flat for _, flat in snapshot.buckets)
         finally:
             _close(group)
         self.transfers.append(
@@ -354,12 +359,27 @@ class _Server:
         )
 
 
+def _finish_copies(buffers: Iterable[torch.Tensor]) -> None:
+    """Wait for the work queued on the devices of ``buffers`` (their current streams,
+    not every stream of every device: a publish must not wait for a transfer the
+    serving thread has under way)."""
+    devices = {flat.device for flat in buffers if flat.device.type == "cuda"}
+    for device in devices:
+        torch.cuda.current_stream(device).synchronize()
+
+
 def _group(backend: str, store: Any, rank: int, timeout: float) -> Any:
-    """A two-rank process group over ``store`` (no global ``init_process_group``)."""
+    """A two-rank process group over ``store`` (no global ``init_process_group``).
+
+    NCCL's groups wait blocking (``TORCH_NCCL_BLOCKING_WAIT``, unless set): a peer that
+    dies mid-transfer raises in the waiting thread after ``timeout``, as gloo's do, so
+    one broken transfer costs that transfer, where NCCL's watchdog would end the process.
+    """
     import torch.distributed as dist
 
     if backend == "gloo":
         return dist.ProcessGroupGloo(store, rank, 2, timedelta(seconds=timeout))
+    os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")  # read as the group is made
     options = dist.ProcessGroupNCCL.Options()
     options._timeout = timedelta(seconds=timeout)
     return dist.ProcessGroupNCCL(store, rank, 2, options)

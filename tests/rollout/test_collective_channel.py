@@ -156,3 +156,28 @@ def test_the_last_version_outlives_the_trainer_on_disk(tmp_path: Path) -> None:
     assert got.keys() == expected.keys()
     assert all(torch.equal(got[name], tensor) for name, tensor in expected.items())
     assert channel(tmp_path).finished() == 2
+
+
+def test_the_replaced_version_is_let_go_before_the_new_one_is_packed(
+    trainer: CollectiveChannel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import weakref
+
+    from agentgym.rollout import collective_weights
+
+    trainer.store(1, weights(1.0), 1)
+    assert trainer._server is not None and trainer._server.snapshot is not None
+    old = [weakref.ref(flat) for _, flat in trainer._server.snapshot.buckets]
+    packing = collective_weights.copy_into
+    alive_while_packing: list[int] = []
+
+    def watched(*args: Any) -> None:  # the next version's buckets are being filled
+        alive_while_packing.append(sum(ref() is not None for ref in old))
+        packing(*args)
+
+    monkeypatch.setattr(collective_weights, "copy_into", watched)
+    trainer.store(2, weights(2.0), 1)
+    # one packed copy on the device at a time: version 1's buffers were already gone
+    assert alive_while_packing and set(alive_while_packing) == {0}
+    latest = trainer.latest()
+    assert latest is not None and latest.version == 2
