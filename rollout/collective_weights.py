@@ -252,7 +252,12 @@ class CollectiveChannel:
             for specs, size in layout["buckets"]
         ]
         targets = {spec.alias_of for specs, _ in buckets for spec in specs if spec.alias_of}
-        group = _group(self.backend, dist.PrefixStore(f"r{number}/", store), 1, self.timeout)
+        try:
+            group = _group(self.backend, dist.PrefixStore(f"r{number}/", store), 1, self.timeout)
+        except RuntimeError as error:  # the trainer went away between layout and transfer
+            raise WeightsGoneError(
+                f"the transfer of version {published.version} could not start: {error}"
+            ) from error
         kept: dict[str, torch.Tensor] = {}
         try:
             for specs, size in buckets:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime
 import os
 import socket
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,6 +39,11 @@ from agentgym.trajectory import RolloutBatch
 
 WEIGHT_BUCKET_BYTES = 256 << 20
 """Bytes of weights fetched from rank 0 per call when exporting."""
+
+GROUP_TIMEOUT = datetime.timedelta(minutes=30)
+"""How long a rank waits in a collective: gloo's default, for NCCL too (its own is 10
+minutes, which rank 0 writing a large checkpoint while the others wait in a barrier
+can pass)."""
 
 ROW_METHODS = frozenset({"logprobs", "reference_logprobs", "values"})
 """The strategy methods a group calls on rows split over its ranks."""
@@ -127,6 +133,7 @@ class GroupRank:
                 init_method=f"tcp://{master_address}:{master_port}",
                 rank=self.rank,
                 world_size=self.world_size,
+                timeout=GROUP_TIMEOUT,
             )
         self.strategy = self.build(
             self.strategy_name, Path(self.model_path), self.strategy_config, **self.settings
