@@ -112,3 +112,19 @@ def test_an_empty_share_of_rows_gives_an_empty_result(tied_dir: Path) -> None:
     assert policy(tied_dir).logprobs(batch).shape == (0, 1)
     critic = TorchCritic(tied_dir, micro_batch_size=2)
     assert critic.values(batch).shape == (0, 1)
+
+
+def test_stored_weights_read_each_tensor_when_asked(
+    tied_dir: Path, tmp_path: Path, small_shards: None
+) -> None:
+    trained = policy(tied_dir)
+    trained.save(tmp_path)  # several shards of 100 KB
+    folder = tmp_path / "model"
+    assert len(hf_folder.weight_files(folder)) > 1
+    everything = hf_folder.read_weights(folder)
+    stored = hf_folder.StoredWeights(folder)
+    assert sorted(stored) == sorted(everything) and len(stored) == len(everything)
+    for name, tensor in everything.items():
+        assert torch.equal(stored[name], tensor), name
+    with pytest.raises(KeyError):
+        stored["lm_head.weight"]  # stored once, under the embedding's name

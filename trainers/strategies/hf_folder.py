@@ -12,7 +12,7 @@ one that was.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +151,35 @@ def read_weights(directory: Path, *, device: str | torch.device = "cpu") -> dict
         else:
             weights.update(torch.load(file, map_location=device, weights_only=True))
     return weights
+
+
+class StoredWeights(Mapping[str, torch.Tensor]):
+    """A Hugging Face folder's tensors by name, each read from its file when asked:
+    of safetensors shards only the tensors a caller takes are in memory (a rank that
+    builds one pipeline stage, or one tensor-parallel shard at a time, needs a part of
+    the model, not all of it once per rank); a ``.bin`` shard is read whole, once."""
+
+    def __init__(self, directory: Path) -> None:
+        from safetensors import safe_open
+
+        self._files: dict[str, Any] = {}  # name -> its open safetensors file, or .bin dict
+        for file in weight_files(directory):
+            if file.suffix == ".safetensors":
+                opened = safe_open(str(file), framework="pt")
+            else:
+                opened = torch.load(file, map_location="cpu", weights_only=True)
+            for name in opened.keys():  # noqa: SIM118 (safe_open has no __iter__)
+                self._files[name] = opened
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        held = self._files[name]
+        return held[name] if isinstance(held, dict) else held.get_tensor(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
 
 
 def tied_aliases(model: torch.nn.Module) -> dict[str, str]:

@@ -156,11 +156,11 @@ class MegatronStrategy:
         self._share: tuple[int, int] = (0, 0)
 
     def _build(self, path: Path) -> torch.nn.Module:
-        from agentgym.trainers.strategies.hf_folder import read_weights
+        from agentgym.trainers.strategies.hf_folder import StoredWeights
 
         model = build_gpt_model(self.hf_config, self.config)
         self._head.attach(model)
-        state = read_weights(path)
+        state = StoredWeights(path)  # this rank's stage and shards are read, not all
         load_hf_weights(
             model,
             state,
