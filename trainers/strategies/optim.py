@@ -217,7 +217,9 @@ def _world_size() -> int:
 
 
 def _all_reduce_sum(tensors: list[torch.Tensor], bucket_bytes: int = 64 << 20) -> None:
-    """Sum ``tensors`` in place over the process group, flattened into buckets."""
+    """Sum ``tensors`` in place over the process group, flattened into buckets and
+    summed in float32 (as FSDP2 and megatron-core reduce: bf16 gradients summed in
+    bf16 lose the small ones' bits)."""
     import torch.distributed as dist
     from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
@@ -228,7 +230,7 @@ def _all_reduce_sum(tensors: list[torch.Tensor], bucket_bytes: int = 64 << 20) -
             bucket.append(tensor)
             size += tensor.numel() * tensor.element_size()
         if bucket and (tensor is None or size >= bucket_bytes):
-            flat = _flatten_dense_tensors(bucket)
+            flat = _flatten_dense_tensors(bucket).float()
             dist.all_reduce(flat, op=dist.ReduceOp.SUM)
             for target, summed in zip(bucket, _unflatten_dense_tensors(flat, bucket), strict=True):
                 target.copy_(summed)
