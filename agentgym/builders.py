@@ -170,6 +170,8 @@ def generation_backend(
         "max_model_len": config.sequence_length,
         "max_batch_size": generation.max_batch_size,
     }
+    if name == "vllm":
+        settings["engine_options"] = vllm_options(config)
     cap = config.max_running_requests
     if cluster is None or cluster.kind == "local" or name == "openai":
         backend = make_backend(
@@ -198,6 +200,25 @@ def generation_backend(
         **settings,
     )
     return Router(clients, share=cluster.share, max_running_requests=cap)
+
+
+def vllm_options(config: TrainConfig) -> dict[str, Any]:
+    """``actor_infer.strategy_args.strategy_config``'s vLLM engine arguments (ROLL's
+    ``gpu_memory_utilization``, ``block_size``, ``load_format``, ...); keys vLLM's
+    engine does not take are named in a printed line and left out."""
+    options = dict(config.actor_infer.strategy_args.strategy_config or {})
+    if not options:
+        return {}
+    from agentgym.rollout.backends.vllm import engine_arguments
+
+    known, other = engine_arguments(options)
+    if other:
+        print(
+            f"actor_infer.strategy_args.strategy_config: {other} are not vLLM engine "
+            "arguments; left out",
+            flush=True,
+        )
+    return known
 
 
 def run_engines(

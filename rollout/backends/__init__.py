@@ -90,6 +90,7 @@ def make_backend(
     per_request_seed: bool = True,
     weight_sync_dir: str | None = None,
     tensor_parallel_size: int = 1,
+    engine_options: dict[str, Any] | None = None,
 ) -> GenerationBackend:
     """Build a backend by name for a model folder.
 
@@ -108,6 +109,9 @@ def make_backend(
         weight_sync_dir: A folder the server can read, for weight updates (``openai``).
         tensor_parallel_size: GPUs of one engine (``vllm`` on GPUs; the engine's own
             processes, one a GPU).
+        engine_options: vLLM engine arguments (ROLL's ``actor_infer`` ``strategy_config``:
+            ``gpu_memory_utilization``, ``block_size``, ...; ``vllm`` on GPUs; the CPU
+            recipe keeps its own).
 
     Raises:
         ValueError: On an unknown name, or ``openai``/``sglang`` without ``base_url``.
@@ -136,11 +140,18 @@ def make_backend(
                     "run in one process here; use 1"
                 )
             return VLLMBackend.for_cpu(model_path, max_model_len=max_model_len, seed=seed)
-        parallel: dict[str, Any] = {"tensor_parallel_size": tensor_parallel_size}
+        options = dict(engine_options or {})
+        options["tensor_parallel_size"] = tensor_parallel_size
         if tensor_parallel_size > 1:  # inside an engine actor: vLLM's own worker processes
-            parallel["distributed_executor_backend"] = "mp"
+            options.setdefault("distributed_executor_backend", "mp")
+        share = options.pop("gpu_memory_utilization", 0.5)
         return VLLMBackend(
-            model_path, dtype=dtype, max_model_len=max_model_len, seed=seed, engine_kwargs=parallel
+            model_path,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            seed=seed,
+            gpu_memory_utilization=share,
+            engine_kwargs=options,
         )
     if base_url is None:  # check_backend said why already
         raise ValueError(f"generation.backend={resolved} needs generation.base_url")

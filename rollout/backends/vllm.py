@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentgym.rollout.backends.base import Generation, GenerationError, SamplingParams
@@ -37,6 +37,21 @@ def on_cpu() -> bool:
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_cpu())
+
+
+def engine_arguments(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """ROLL's ``actor_infer.strategy_args.strategy_config`` for ``strategy_name: vllm``
+    split into vLLM's own engine arguments (``AsyncEngineArgs`` fields:
+    ``gpu_memory_utilization``, ``block_size``, ``load_format``, ...) and the keys that
+    are not (ROLL's own, such as ``sleep_level``), which are returned by name."""
+    import dataclasses
+
+    _import_vllm()
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    fields = {field.name for field in dataclasses.fields(AsyncEngineArgs)}
+    known = {key: value for key, value in options.items() if key in fields}
+    return known, sorted(key for key in options if key not in fields)
 
 
 class VLLMBackend:

@@ -126,6 +126,16 @@ def test_only_vllm_engines_split_a_model_over_gpus(tiny_model_dir: Path) -> None
         make_backend("vllm", str(tiny_model_dir), tensor_parallel_size=2)
 
 
+def test_rolls_vllm_strategy_config_reaches_the_engine_arguments() -> None:
+    require_vllm()
+    from agentgym.rollout.backends.vllm import engine_arguments
+
+    # an actor_infer strategy_config of ROLL's agentic examples, and one of ROLL's own keys
+    roll = {"gpu_memory_utilization": 0.8, "block_size": 16, "load_format": "auto"}
+    known, other = engine_arguments({**roll, "sleep_level": 1})
+    assert known == roll and other == ["sleep_level"]
+
+
 @pytest.fixture(scope="module")
 def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     require_vllm()
