@@ -455,3 +455,11 @@ def test_the_library_defaults_are_the_schemas() -> None:
     assert critic["micro_batch_size"] == critic_args.per_device_train_batch_size
     assert critic["dtype"] == schema.critic.model_args.dtype
     assert default_grpo_config() == grpo_config(schema)
+
+
+def test_an_engines_tensor_parallel_size_is_its_devices() -> None:
+    tp2 = "+actor_infer.strategy_args.strategy_config.tensor_parallel_size=2"
+    with pytest.raises(ConfigError, match="num_gpus_per_worker=1 device"):
+        validate(composed(tp2))
+    validate(composed(tp2, "distributed=ray", "actor_infer.num_gpus_per_worker=2",
+                      "++actor_infer.device_mapping=[0,1]"))  # fmt: skip
