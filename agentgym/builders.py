@@ -212,7 +212,6 @@ def vllm_options(config: TrainConfig) -> dict[str, Any]:
     from agentgym.rollout.backends.vllm import engine_arguments
 
     known, other = engine_arguments(options)
-    known.pop("tensor_parallel_size", None)  # num_gpus_per_worker's (the config check)
     if other:
         print(
             f"actor_infer.strategy_args.strategy_config: {other} are not vLLM engine "

@@ -317,14 +317,6 @@ def check_relations(config: TrainConfig) -> None:
         check_backend(str(backend), config.generation.base_url)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    engine_tp = config.actor_infer.strategy_args.strategy_config.get("tensor_parallel_size")
-    gpus = config.actor_infer.num_gpus_per_worker
-    if engine_tp is not None and int(engine_tp) != gpus:
-        raise ConfigError(
-            f"actor_infer.strategy_args.strategy_config.tensor_parallel_size={engine_tp}, but "
-            f"each engine has num_gpus_per_worker={gpus} device(s): an engine's model is split "
-            "over its own devices; make them equal"
-        )
 
 
 def check_lora(config: TrainConfig) -> None:

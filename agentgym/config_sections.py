@@ -218,6 +218,24 @@ class Role(Section):
     max_tokens_per_microbatch_in_infer: PositiveInt | None = None
     sequence_length_round_in_infer: PositiveInt = 4
 
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_devices(cls, data: Any) -> Any:
+        # ROLL's rule (WorkerConfig): a vLLM worker's devices are its strategy_config's
+        # tensor_parallel_size × pipeline_parallel_size, whatever num_gpus_per_worker says
+        if not isinstance(data, dict):
+            return data
+        args = data.get("strategy_args") or {}
+        if not isinstance(args, dict) or args.get("strategy_name") != "vllm":
+            return data
+        engine = args.get("strategy_config") or {}
+        if "tensor_parallel_size" not in engine and "pipeline_parallel_size" not in engine:
+            return data
+        devices = int(engine.get("tensor_parallel_size") or 1) * int(
+            engine.get("pipeline_parallel_size") or 1
+        )
+        return {**data, "num_gpus_per_worker": devices}
+
 
 # Env managers ---------------------------------------------------------------------------
 

