@@ -203,22 +203,34 @@ def generation_backend(
 
 
 def vllm_options(config: TrainConfig) -> dict[str, Any]:
-    """``actor_infer.strategy_args.strategy_config``'s vLLM engine arguments (ROLL's
-    ``gpu_memory_utilization``, ``block_size``, ``load_format``, ...); keys vLLM's
-    engine does not take are named in a printed line and left out."""
+    """``actor_infer.strategy_args.strategy_config``: vLLM's engine arguments (ROLL's
+    ``gpu_memory_utilization``, ``block_size``, ``load_format``, ...; each engine keeps
+    those vLLM takes, :func:`~agentgym.rollout.backends.vllm.engine_arguments`). An
+    engine that shares its GPUs with the trainer takes at most half of each (ROLL's
+    share assumes its engines sleep while the trainer works; these stay resident)."""
     options = dict(config.actor_infer.strategy_args.strategy_config or {})
-    if not options:
-        return {}
-    from agentgym.rollout.backends.vllm import engine_arguments
-
-    known, other = engine_arguments(options)
-    if other:
+    share = options.get("gpu_memory_utilization")
+    if share is not None and float(share) > COLOCATED_SHARE and colocated(config):
         print(
-            f"actor_infer.strategy_args.strategy_config: {other} are not vLLM engine "
-            "arguments; left out",
+            f"actor_infer.strategy_args.strategy_config.gpu_memory_utilization={share}: the "
+            f"engines share their GPUs with the trainer and stay resident; {COLOCATED_SHARE}",
             flush=True,
         )
-    return known
+        options["gpu_memory_utilization"] = COLOCATED_SHARE
+    return options
+
+
+COLOCATED_SHARE = 0.5
+"""The GPU memory share of an engine beside the trainer (nothing is offloaded)."""
+
+
+def colocated(config: TrainConfig) -> bool:
+    """Whether the engines share devices with the trainer (one process, or overlapping
+    ``device_mapping``s)."""
+    mappings = device_mappings(config)
+    return config.distributed == "local" or bool(
+        set(mappings["actor_train"]) & set(mappings["actor_infer"])
+    )
 
 
 def run_engines(

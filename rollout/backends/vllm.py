@@ -39,17 +39,23 @@ def on_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
+OWN_ARGUMENTS = frozenset({"model", "dtype", "seed", "worker_extension_cls", "logprobs_mode"})
+"""Engine arguments the backend sets itself (as ROLL's vLLM strategy overrides ``model``,
+``dtype`` and ``seed`` from the role's and the pipeline's keys)."""
+
+
 def engine_arguments(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """ROLL's ``actor_infer.strategy_args.strategy_config`` for ``strategy_name: vllm``
     split into vLLM's own engine arguments (``AsyncEngineArgs`` fields:
-    ``gpu_memory_utilization``, ``block_size``, ``load_format``, ...) and the keys that
-    are not (ROLL's own, such as ``sleep_level``), which are returned by name."""
+    ``gpu_memory_utilization``, ``block_size``, ``load_format``, ``max_model_len``, ...)
+    and the keys left out, by name: ROLL's own (``sleep_level``) and
+    :data:`OWN_ARGUMENTS`."""
     import dataclasses
 
     _import_vllm()
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    fields = {field.name for field in dataclasses.fields(AsyncEngineArgs)}
+    fields = {field.name for field in dataclasses.fields(AsyncEngineArgs)} - OWN_ARGUMENTS
     known = {key: value for key, value in options.items() if key in fields}
     return known, sorted(key for key in options if key not in fields)
 

@@ -136,6 +136,35 @@ def test_rolls_vllm_strategy_config_reaches_the_engine_arguments() -> None:
     assert known == roll and other == ["sleep_level"]
 
 
+def test_rolls_vllm_options_build_a_gpu_engines_arguments(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_vllm()
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from agentgym.rollout.backends import make_backend
+    from agentgym.rollout.backends import vllm as vllm_module
+
+    class BuiltError(Exception):  # the engine arguments, caught before any engine starts
+        pass
+
+    def capture(args: Any, *rest: Any, **kwargs: Any) -> None:
+        raise BuiltError(args)
+
+    monkeypatch.setattr(vllm_module, "on_cpu", lambda: False)  # as on a GPU machine
+    monkeypatch.setattr(AsyncLLM, "from_engine_args", capture)
+    roll = {"gpu_memory_utilization": 0.8, "block_size": 16, "load_format": "auto",
+            "max_model_len": 8000, "enforce_eager": False, "seed": 7, "sleep_level": 1}  # fmt: skip
+    with pytest.raises(BuiltError) as built:
+        make_backend("vllm", str(tiny_model_dir), seed=3, tensor_parallel_size=2,
+                     engine_options=roll)  # fmt: skip
+    args = built.value.args[0]
+    assert (args.gpu_memory_utilization, args.block_size, args.load_format) == (0.8, 16, "auto")
+    assert (args.max_model_len, args.enforce_eager) == (8000, False)  # the file's own
+    assert args.seed == 3  # the run's seed, as ROLL's strategy sets it
+    assert (args.tensor_parallel_size, args.distributed_executor_backend) == (2, "mp")
+
+
 @pytest.fixture(scope="module")
 def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     require_vllm()
