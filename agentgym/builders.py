@@ -174,6 +174,8 @@ def generation_backend(
         settings["engine_options"] = vllm_options(config)
     cap = config.max_running_requests
     if cluster is None or cluster.kind == "local" or name == "openai":
+        if torch_device_type(device) == "cuda":  # the engine's GPUs: those this process sees
+            settings["tensor_parallel_size"] = config.actor_infer.num_gpus_per_worker
         backend = make_backend(
             name,
             str(path),
@@ -218,6 +220,11 @@ def vllm_options(config: TrainConfig) -> dict[str, Any]:
         )
         options["gpu_memory_utilization"] = COLOCATED_SHARE
     return options
+
+
+def torch_device_type(device: str) -> str:
+    """``cuda`` or ``cpu`` (the type of the torch device ``device`` names)."""
+    return str(device).split(":", 1)[0]
 
 
 COLOCATED_SHARE = 0.5

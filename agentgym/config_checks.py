@@ -265,7 +265,9 @@ def check_decoupled(config: TrainConfig) -> None:
                 "with distributed=ray its ranks' weights reach the driver on the host, which "
                 "NCCL cannot send; use distributed=local, or sync_method checkpoint or memory"
             )
-        if backend == "nccl" and trains_here and _device_type(config.model.device) != "cuda":
+        megatron = config.actor_train.strategy_args.strategy_name == "megatron_train"
+        on_gpu = megatron or _device_type(config.model.device) == "cuda"  # Megatron: the GPU
+        if backend == "nccl" and trains_here and not on_gpu:
             raise ConfigError(
                 f"synchronizer.sync_method=nccl sends the trainer's weights from its GPU, but "
                 f"model.device={config.model.device!r}: set model.device=cuda, or use "

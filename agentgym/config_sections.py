@@ -226,7 +226,7 @@ class Role(Section):
         if not isinstance(data, dict):
             return data
         args = data.get("strategy_args") or {}
-        if not isinstance(args, dict) or args.get("strategy_name") != "vllm":
+        if not isinstance(args, dict) or args.get("strategy_name") not in ("vllm", "auto"):
             return data
         engine = args.get("strategy_config") or {}
         if "tensor_parallel_size" not in engine and "pipeline_parallel_size" not in engine:

@@ -347,13 +347,15 @@ class _Server:
         ]
         self.store.set(f"r{number}/layout", json.dumps({"buckets": layout}))
         started = time.perf_counter()
-        group = _group(self.backend, dist.PrefixStore(f"r{number}/", self.store), 0, self.timeout)
-        try:
-            for _, flat in snapshot.buckets:
-                _broadcast(group, flat)
-            _finish_copies(flat for _, flat in snapshot.buckets)
-        finally:
-            _close(group)
+        store = dist.PrefixStore(f"r{number}/", self.store)
+        with _side_stream(snapshot.buckets[0][1].device if snapshot.buckets else None):
+            group = _group(self.backend, store, 0, self.timeout)
+            try:
+                for _, flat in snapshot.buckets:
+                    _broadcast(group, flat)
+                _finish_copies(flat for _, flat in snapshot.buckets)
+            finally:
+                _close(group)
         self.transfers.append(
             {
                 "explorer": want["by"],
@@ -362,6 +364,15 @@ class _Server:
                 "seconds": time.perf_counter() - started,
             }
         )
+
+
+def _side_stream(device: torch.device | None) -> contextlib.AbstractContextManager[Any]:
+    """A CUDA stream of the serving thread's own on ``device`` (none on the CPU): NCCL's
+    work waits on the stream that launched it, so transfers launched from training's
+    default stream would queue behind training kernels, and training behind them."""
+    if device is None or device.type != "cuda":
+        return contextlib.nullcontext()
+    return torch.cuda.stream(torch.cuda.Stream(device=device))
 
 
 def _finish_copies(buffers: Iterable[torch.Tensor]) -> None:
@@ -379,6 +390,8 @@ def _group(backend: str, store: Any, rank: int, timeout: float) -> Any:
     NCCL's groups wait blocking (``TORCH_NCCL_BLOCKING_WAIT``, unless set): a peer that
     dies mid-transfer raises in the waiting thread after ``timeout``, as gloo's do, so
     one broken transfer costs that transfer, where NCCL's watchdog would end the process.
+    The variable is set for the whole process (NCCL reads it as each group is made), so
+    NCCL groups made after it here wait blocking too.
     """
     import torch.distributed as dist
 

@@ -177,7 +177,7 @@ def spawn_engines(
         backend: Backend name for each engine.
         model_path: The model folder (readable from every node).
         nodes: Each engine's node rank (default: all on node 0).
-        visible_devices: Each engine's ``CUDA_VISIBLE_DEVICES`` (default: unset).
+        visible_devices: Each engine's device slots on its node (default: unset).
         gpu: Whether engines use GPUs.
         role: The name's prefix (engines are ``{role}[i]``).
         seeds: Each engine's sampling seed (engines with one seed would draw the same

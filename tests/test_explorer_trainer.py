@@ -239,6 +239,7 @@ def test_nccl_sync_needs_a_trainer_on_its_own_gpu(
     with pytest.raises(ConfigError, match=message):
         validate(composed(*nccl))
     validate(composed(*nccl[:2], "model.device=cuda"))  # the trainer's own GPU: kept
+    validate(composed(*nccl[:2], "strategy=megatron"))  # Megatron trains on the GPU anyway
 
 
 def test_gpus_placed_with_the_model_on_the_cpu_fail_naming_model_device() -> None:

@@ -175,6 +175,8 @@ def test_gpu_placement_is_fitted_to_one_cpu_process() -> None:
     assert on_gpus.config["model"]["device"] == "cuda"
     told = fit_to_machine(from_roll(roll_config(*GPUS, "+model.device=cuda:0")).config, gpu)
     assert told.changes == []  # a device the file's run already names stays
+    as_written = from_roll(roll_config(*GPUS, "+fit_to_machine=false")).config
+    assert fit_to_machine(as_written, gpu).changes == []  # runnable as written: not refused
 
 
 def test_a_roll_file_with_strategy_config_auto_is_left_to_the_planner() -> None:

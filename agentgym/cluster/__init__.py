@@ -70,7 +70,8 @@ class Cluster(Protocol):
             cls: The worker class.
             name: The worker's name in messages (``env_worker[2]``).
             node: The node rank.
-            visible_devices: ``CUDA_VISIBLE_DEVICES`` for the worker.
+            visible_devices: The worker's device slots on its node (its
+                ``CUDA_VISIBLE_DEVICES`` names those of the node's own GPUs).
             gpu: Whether the worker uses GPUs.
             concurrency: Calls served at once.
             restarts: Restarts after the worker's process dies (-1: always; Ray only).

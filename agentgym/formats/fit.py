@@ -125,7 +125,8 @@ def fit_to_machine(raw: Mapping[str, Any], machine: Machine | None = None) -> Fi
             if strategy.get("strategy_name") == "megatron_train":
                 lora = ((data.get(role) or {}).get("model_args") or {}).get("lora_target")
                 _one_megatron_rank(role, strategy, machine, changes, lora=lora is not None)
-    _train_where_placed(data, machine, changes)
+    if data.get("fit_to_machine", True) is not False:  # runnable as written: on the CPU
+        _train_where_placed(data, machine, changes)
     if not machine.flash_attn:
         for role in DEVICE_ROLES:
             model_args = (data.get(role) or {}).get("model_args") or {}

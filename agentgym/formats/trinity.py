@@ -439,9 +439,8 @@ def fit_trinity(values: dict[str, Any], machine: Machine) -> list[Change]:
                 change(key, None, why)
         if values.get("synchronizer.sync_method") in ("nccl", "online"):
             change("synchronizer.sync_method", "checkpoint", "NCCL needs GPUs")
-    elif values.get("num_gpus_per_node") and values.get("model.device", "cpu") == "cpu":
-        gpus = values["num_gpus_per_node"]
-        change("model.device", "cuda", f"gpu_per_node={gpus}: the job trains and generates there")
+    elif values.get("model.device", "cpu") == "cpu":
+        change("model.device", "cuda", "a GPU machine: the job trains and generates on its GPUs")
     shared_ray = bool(os.environ.get("RAY_ADDRESS"))
     if not shared_ray:
         why = "no Ray cluster to share (RAY_ADDRESS unset): the job's processes meet in files"

@@ -216,6 +216,8 @@ SHOWN = (
     ("busy", "device busy", "{:.0%}"),
     ("matmul_share", "matmul share", "{:.0%}"),
     ("attention_share", "attention share", "{:.0%}"),
+    ("other_share", "other share", "{:.0%}"),
+    ("kernels_error", "kernels", "{}"),
     ("sync_s", "sync s", "{:.3f}"),
     ("pack_s", "pack s", "{:.3f}"),
     ("transfer_s", "transfer s", "{:.3f}"),

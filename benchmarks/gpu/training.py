@@ -198,7 +198,10 @@ def _measure_step(
             figures["activation_gib"] / figures["planned_activation_gib"]
         )
     if ctx.kernels and profile:  # after the peak memory was read: profiling cannot change it
-        figures.update(kernel_profile(step, median, s.device))
+        try:
+            figures.update(kernel_profile(step, median, s.device))
+        except Exception as error:  # the step's own figures stand without the profile
+            figures["kernels_error"] = f"{type(error).__name__}: {error}"
     return figures
 
 
