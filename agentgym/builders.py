@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from agentgym.cluster import Cluster, PlacementPlan, plan_placement, start_cluster
-from agentgym.config_checks import data_parallel_size, device_mappings
+from agentgym.config_checks import data_parallel_size, device_mappings, device_type
 from agentgym.config_sections import EnvManagerSection, GeneratingArgs
 from agentgym.console import LIBRARY_LOG_FILE, redirect_output
 from agentgym.errors import ConfigError
@@ -174,7 +174,7 @@ def generation_backend(
         settings["engine_options"] = vllm_options(config)
     cap = config.max_running_requests
     if cluster is None or cluster.kind == "local" or name == "openai":
-        if torch_device_type(device) == "cuda":  # the engine's GPUs: those this process sees
+        if device_type(device) == "cuda":  # the engine's GPUs: those this process sees
             settings["tensor_parallel_size"] = config.actor_infer.num_gpus_per_worker
         backend = make_backend(
             name,
@@ -215,16 +215,12 @@ def vllm_options(config: TrainConfig) -> dict[str, Any]:
     if share is not None and float(share) > COLOCATED_SHARE and colocated(config):
         print(
             f"actor_infer.strategy_args.strategy_config.gpu_memory_utilization={share}: the "
-            f"engines share their GPUs with the trainer and stay resident; {COLOCATED_SHARE}",
+            "engines share their GPUs with the trainer and stay resident (nothing sleeps "
+            f"here); they take {COLOCATED_SHARE}",
             flush=True,
         )
         options["gpu_memory_utilization"] = COLOCATED_SHARE
     return options
-
-
-def torch_device_type(device: str) -> str:
-    """``cuda`` or ``cpu`` (the type of the torch device ``device`` names)."""
-    return str(device).split(":", 1)[0]
 
 
 COLOCATED_SHARE = 0.5

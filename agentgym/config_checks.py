@@ -265,8 +265,11 @@ def check_decoupled(config: TrainConfig) -> None:
                 "with distributed=ray its ranks' weights reach the driver on the host, which "
                 "NCCL cannot send; use distributed=local, or sync_method checkpoint or memory"
             )
-        megatron = config.actor_train.strategy_args.strategy_name == "megatron_train"
-        on_gpu = megatron or _device_type(config.model.device) == "cuda"  # Megatron: the GPU
+        from agentgym.trainers.ranks import group_backend
+
+        device = {"device": device_type(config.model.device)}
+        name = str(config.actor_train.strategy_args.strategy_name)
+        on_gpu = group_backend(name, device) == "nccl"
         if backend == "nccl" and trains_here and not on_gpu:
             raise ConfigError(
                 f"synchronizer.sync_method=nccl sends the trainer's weights from its GPU, but "
@@ -535,7 +538,12 @@ def data_parallel_size(config: TrainConfig, role: str = "actor_train") -> int:
     return world // parallel
 
 
-def _device_type(device: str) -> str:
+def device_type(device: str) -> str:
+    """``cuda`` or ``cpu``: the type of the torch device ``model.device`` names.
+
+    Raises:
+        ConfigError: Naming a value torch does not read as a device.
+    """
     import torch
 
     try:
@@ -570,7 +578,7 @@ def check_placement(config: TrainConfig) -> None:
     if (
         config.distributed == "ray"
         and config.num_gpus_per_node
-        and _device_type(config.model.device) != "cuda"
+        and device_type(config.model.device) != "cuda"
     ):
         raise ConfigError(
             f"num_gpus_per_node={config.num_gpus_per_node} places the roles on GPUs, but "

@@ -147,9 +147,9 @@ def make_backend(
         if left_out:
             print(f"vLLM engine: {left_out} are not vLLM engine arguments here; left out")
         stages = int(options.get("pipeline_parallel_size") or 1)
-        options.setdefault("tensor_parallel_size", tensor_parallel_size // stages)
-        if tensor_parallel_size > 1:  # inside an engine actor: vLLM's own worker processes
-            options.setdefault("distributed_executor_backend", "mp")
+        options.setdefault("tensor_parallel_size", max(1, tensor_parallel_size // stages))
+        if tensor_parallel_size > 1:  # vLLM's own worker processes, not Ray's (the engine
+            options.setdefault("distributed_executor_backend", "mp")  # may be a Ray actor)
         return VLLMBackend(
             model_path,
             dtype=dtype,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -208,6 +210,21 @@ def optimizer_step(
     optimizer.step()
     scheduler.step()
     return metrics
+
+
+def save_optimizer(optimizer: torch.optim.Optimizer, scheduler: Any, directory: Path) -> None:
+    """Write ``optimizer``'s and ``scheduler``'s states under ``directory``."""
+    torch.save(optimizer.state_dict(), directory / "optimizer.pt")
+    torch.save(scheduler.state_dict(), directory / "scheduler.pt")
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, scheduler: Any, directory: Path) -> None:
+    """Restore what :func:`save_optimizer` wrote, through the host: the optimizer puts its
+    state on each parameter's device (a checkpoint from a GPU loads where none is, or on
+    another index)."""
+    state = torch.load(directory / "optimizer.pt", map_location="cpu", weights_only=True)
+    optimizer.load_state_dict(state)
+    scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=True))
 
 
 def _world_size() -> int:

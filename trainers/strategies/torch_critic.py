@@ -18,7 +18,13 @@ import torch
 
 from agentgym.trainers.strategies.base import Metric, ValueLossFunction, accumulated_step
 from agentgym.trainers.strategies.hf_folder import load_weights, save_model
-from agentgym.trainers.strategies.optim import OptimizerConfig, build_optimizer, optimizer_step
+from agentgym.trainers.strategies.optim import (
+    OptimizerConfig,
+    build_optimizer,
+    load_optimizer,
+    optimizer_step,
+    save_optimizer,
+)
 from agentgym.trainers.strategies.torch_strategy import to_device
 from agentgym.trajectory import RolloutBatch
 
@@ -134,14 +140,9 @@ class TorchCritic:
     def save(self, directory: Path) -> None:
         """Write the value model under ``model/`` and the optimizer and scheduler states."""
         save_model(self.model, directory / "model")
-        torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
-        torch.save(self.scheduler.state_dict(), directory / "scheduler.pt")
+        save_optimizer(self.optimizer, self.scheduler, directory)
 
     def load(self, directory: Path) -> None:
         """Restore what :meth:`save` wrote, in place (any shard layout, tied weights)."""
         load_weights(self.model, directory / "model", device=self.device)
-        # through the host: the optimizer puts its state on each parameter's device (a
-        # checkpoint from a GPU loads where none is, or on another index)
-        optimizer = torch.load(directory / "optimizer.pt", map_location="cpu", weights_only=True)
-        self.optimizer.load_state_dict(optimizer)
-        self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=True))
+        load_optimizer(self.optimizer, self.scheduler, directory)

@@ -26,7 +26,13 @@ from agentgym.trainers.strategies.lora import (
     merged_weights,
     save_adapter,
 )
-from agentgym.trainers.strategies.optim import OptimizerConfig, build_optimizer, optimizer_step
+from agentgym.trainers.strategies.optim import (
+    OptimizerConfig,
+    build_optimizer,
+    load_optimizer,
+    optimizer_step,
+    save_optimizer,
+)
 from agentgym.trainers.strategies.vocab import first_scored, next_token_logprobs
 from agentgym.trajectory import RolloutBatch
 
@@ -310,8 +316,7 @@ class TorchStrategy:
             )
         else:
             save_model(self.model, directory / "model", tokenizer_from=self.model_path)
-        torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
-        torch.save(self.scheduler.state_dict(), directory / "scheduler.pt")
+        save_optimizer(self.optimizer, self.scheduler, directory)
 
     def load(self, directory: Path) -> None:
         """Restore what :meth:`save` wrote, in place (any shard layout, tied weights;
@@ -320,11 +325,7 @@ class TorchStrategy:
             load_adapter(self.model, directory / ADAPTER_DIR)
         else:
             load_weights(self.model, directory / "model", device=self.device)
-        # through the host: the optimizer puts its state on each parameter's device (a
-        # checkpoint from a GPU loads where none is, or on another index)
-        optimizer = torch.load(directory / "optimizer.pt", map_location="cpu", weights_only=True)
-        self.optimizer.load_state_dict(optimizer)
-        self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=True))
+        load_optimizer(self.optimizer, self.scheduler, directory)
 
 
 def _check_lora_reference(model_path: str | Path, reference_path: str | Path) -> None:

@@ -174,10 +174,7 @@ class MegatronStrategy:
         # The local spec's torch norms are built in fp32 whatever params_dtype says, so
         # cast them too, as megatron-core's Float16Module does. On a GPU every parameter
         # goes to it (megatron-core's optimizer takes CUDA tensors only there).
-        cuda = (
-            torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
-        )
-        return model.to(device=cuda, dtype=self.config.params_dtype)
+        return model.to(device=parallel.rank_device(), dtype=self.config.params_dtype)
 
     # Forward ------------------------------------------------------------------------
 
