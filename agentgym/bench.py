@@ -1,7 +1,8 @@
 """``mode: bench`` (Trinity-RFT's): evaluate a finished run's checkpoints.
 
 ``python -m agentgym.train mode=bench output_dir=<the run's output_dir>`` plays
-the run's validation episodes with its base model (step 0) and with every
+the run's validation episodes with its base model (step 0, unless
+``validation.on_startup=false``) and with every
 complete checkpoint under ``<output_dir>/checkpoints`` (or, with
 ``explorer.bench_on_latest_checkpoint=true``, only the newest), each exactly as
 ``python -m agentgym.eval model.path=<that checkpoint>`` would: the same
@@ -52,6 +53,7 @@ BENCH_KEYS = (
     "output_dir",
     "logging_dir",
     "explorer.bench_on_latest_checkpoint",
+    "validation.on_startup",
     "generation",
     "generation.backend",
     "generation.max_batch_size",
@@ -121,7 +123,9 @@ def checkpoints(root: Path) -> tuple[list[tuple[int, Path]], list[Path]]:
     return sorted(complete), incomplete
 
 
-def candidates(output_dir: Path, *, latest_only: bool) -> tuple[list[Candidate], list[Path]]:
+def candidates(
+    output_dir: Path, *, latest_only: bool, base: bool = True
+) -> tuple[list[Candidate], list[Path]]:
     """The models to bench (base first, then the checkpoints by step) and the incomplete
     checkpoint folders skipped.
 
@@ -129,6 +133,8 @@ def candidates(output_dir: Path, *, latest_only: bool) -> tuple[list[Candidate],
         output_dir: The run's ``output_dir`` (for a decoupled job, the trainer's).
         latest_only: Only the newest complete checkpoint (what ``latest`` names when it
             names a complete one), as ``agentgym.eval model.path=<output_dir>`` plays.
+        base: Bench the base model too (``validation.on_startup``, Trinity's
+            ``eval_on_startup``), unless ``latest_only``.
 
     Raises:
         ConfigError: When ``output_dir`` holds no complete checkpoint.
@@ -155,13 +161,12 @@ def candidates(output_dir: Path, *, latest_only: bool) -> tuple[list[Candidate],
         if run_config is None:
             raise ConfigError(f"mode=bench: {path} has no {RUN_CONFIG}; is it one of our runs?")
         chosen.append(Candidate(step, path.name, model, run_config))
-    if not latest_only:
+    if base and not latest_only:
         run_file = output_dir / RUN_CONFIG
         run_config = (
             yaml.safe_load(run_file.read_text()) if run_file.is_file() else chosen[0].run_config
         )
-        base = model_path(validate(run_config))
-        chosen.insert(0, Candidate(0, "base", base, run_config))
+        chosen.insert(0, Candidate(0, "base", model_path(validate(run_config)), run_config))
     return chosen, incomplete
 
 
@@ -239,7 +244,9 @@ def bench(config: TrainConfig, given: Iterable[str] = ()) -> list[BenchRow]:
     folder = output_dir / BENCH_DIR
     log = folder / "bench.log"
     chosen, incomplete = candidates(
-        output_dir, latest_only=config.explorer.bench_on_latest_checkpoint
+        output_dir,
+        latest_only=config.explorer.bench_on_latest_checkpoint,
+        base=config.validation.on_startup,
     )
     folder.mkdir(parents=True, exist_ok=True)
     for path in incomplete:

@@ -307,8 +307,12 @@ class TrainInferCorrection(Section):
 
 
 class Validation(Section):
+    """``validation``: how validation episodes sample, how many are rendered, and
+    whether the run validates its starting weights (Trinity's ``eval_on_startup``)."""
+
     temperature: NonNegativeFloat = 1.0
     renders: NonNegativeInt = 4
+    on_startup: Bool = True
 
 
 class Buffer(Section):

@@ -7,9 +7,10 @@ and dumped to ``rollout_dump_dir``.
 
 Given a trained checkpoint (``model.path=<run>/checkpoints/checkpoint-N/model``,
 the checkpoint folder, or the run's ``output_dir``), eval plays as the run
-validated: its env, rollout mode, history, turns, sequence length, sampling
-and validation seeds, read from the run's saved ``train_config.yaml``; a key
-given on the command line still wins.
+validated: its validation envs (every tag, with its own arguments), rollout
+mode, history, turns, sequence length, sampling and validation seeds, read
+from the run's saved ``train_config.yaml``; a key given on the command line
+still wins (``env=...`` plays that env instead).
 
 Usage::
 
@@ -107,12 +108,18 @@ def eval_config(cfg: DictConfig, run: dict[str, Any] | None, given: set[str]) ->
             return FALLBACKS[key] if value is None and key in FALLBACKS else value
         return from_run
 
+    env_given = any(k == "env" or k.startswith("env.") for k in given)
     env: dict[str, Any] = (
         OmegaConf.to_container(cfg.env, resolve=True)  # type: ignore[assignment]
-        if "env" in cfg and (run is None or any(k == "env" or k.startswith("env.") for k in given))
+        if "env" in cfg and (run is None or env_given)
         else (base["env"] if run else FALLBACKS["env"])
     )
     episodes = pick("episodes", base["val_batch_size"])
+    envs: dict[str, Any] = {"tags": [env["name"]], "env_configs": {}, "n_groups": None}
+    if run is not None and not env_given:  # every env the run validated on, as it did
+        envs = {key: base["val_env_manager"][key] for key in envs}
+        if sum(envs["n_groups"] or [episodes]) != episodes:  # other counts: an even split
+            envs["n_groups"] = None
     generating = dict(base["actor_infer"]["generating_args"])
     for key in ("top_p", "top_k", "max_new_tokens"):
         value = cfg.generation.get(key)
@@ -135,9 +142,7 @@ def eval_config(cfg: DictConfig, run: dict[str, Any] | None, given: set[str]) ->
         "val_batch_size": episodes,
         "val_env_manager": {
             **base["val_env_manager"],
-            "tags": [env["name"]],
-            "env_configs": {},
-            "n_groups": None,
+            **envs,
             "env_groups": episodes,
             "group_size": 1,
         },
@@ -261,8 +266,9 @@ def play(
     """
     config = eval_config(cfg, run_config, given)
     if run_config is not None:
+        envs = ", ".join(config.val_env_manager.tags)
         print(
-            f"playing as the training run validated: env {config.env.name}, "
+            f"playing as the training run validated: env {envs}, "
             f"{config.rollout_mode} mode, history {config.history_length}, "
             f"{config.max_turns} turns, temperature {config.validation.temperature}, "
             f"{config.val_batch_size} episodes, seed {config.seed}"

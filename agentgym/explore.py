@@ -68,6 +68,8 @@ class ExplorerParts:
     close: Callable[[], None]
     """Releases the envs, the tracker and the cluster (the engines close on the
     explorer's event loop)."""
+    eval_on_startup: bool = True
+    """Validate the first weights loaded (``validation.on_startup``)."""
 
 
 def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
@@ -87,6 +89,8 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
     last_line = time.monotonic()
     try:
         loaded = _first_weights(parts, loop, log)
+        if not parts.eval_on_startup:  # the first weights count as validated
+            validated.add(loaded.version)
         idle_from = time.perf_counter()  # waits for admission and weights count from here
         while True:
             if _due(parts.eval_steps, loaded.version, validated):
@@ -406,6 +410,7 @@ def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerPar
         ratio=staleness_versions(config),
         schedule=sync_schedule(config),
         eval_steps=config.eval_steps,
+        eval_on_startup=config.validation.on_startup,
         sync_timeout=config.synchronizer.sync_timeout,
         close=lambda: _close_all(closers),
     )

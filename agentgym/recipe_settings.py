@@ -94,6 +94,7 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
             critic_args.gradient_accumulation_steps * data_parallel_size(config, "critic")
         ),
         val_renders=config.validation.renders,
+        eval_on_startup=config.validation.on_startup,
         seed=config.seed,
         max_failed_fraction=config.max_failed_fraction,
         rpc_timeout=config.rpc_timeout,

@@ -171,3 +171,35 @@ def test_a_run_without_checkpoints_is_a_clear_error(tmp_path: Path) -> None:
         candidates(tmp_path, latest_only=False)
     with pytest.raises(ConfigError, match="the trainer's: the explorer's holds no checkpoints"):
         candidates(tmp_path / "explorer", latest_only=True)
+
+
+def test_without_eval_on_startup_the_base_model_is_not_benched(run: Path) -> None:
+    chosen, _ = candidates(run, latest_only=False, base=False)
+    assert [candidate.name for candidate in chosen] == ["checkpoint-1", "checkpoint-2"]
+    config = bench_config(
+        run, validation={**TrainConfig().validation.model_dump(), "on_startup": False}
+    )
+    assert not config.validation.on_startup  # what bench passes as base
+
+
+def test_eval_of_a_run_plays_each_of_its_validation_envs(run: Path) -> None:
+    from agentgym.bench import eval_settings
+    from agentgym.eval import eval_config, resolve_model
+
+    model, saved = resolve_model(str(run))
+    assert saved is not None
+    lake = {"name": "frozen_lake", "kwargs": {"size": 4}}
+    managed = {"tags": ["sokoban", "lake"], "n_groups": [2, 1], "env_configs": {"lake": lake}}
+    saved = {**saved, "val_env_manager": {**saved["val_env_manager"], **managed}}
+    config = eval_config(eval_settings(bench_config(run), model), saved, set())
+    assert config.val_env_manager.tags == ["sokoban", "lake"]
+    assert config.val_env_manager.n_groups == [2, 1] and config.val_batch_size == 3
+    assert config.val_env_manager.env_configs == {"lake": lake}
+    more = eval_settings(bench_config(run), model)
+    more.episodes = 4  # other counts: the groups split evenly over the tags
+    config = eval_config(more, saved, {"episodes"})
+    assert config.val_env_manager.n_groups is None and config.val_env_manager.env_groups == 4
+    named = eval_settings(bench_config(run), model)
+    named.env = {"name": "frozen_lake", "kwargs": {}}  # env=... on the command line: that env
+    config = eval_config(named, saved, {"env"})
+    assert config.val_env_manager.tags == ["frozen_lake"] and not config.val_env_manager.env_configs

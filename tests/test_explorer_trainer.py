@@ -102,13 +102,14 @@ def assert_staleness_within(folder: Path, bound: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("first", "schedule", "versions", "sync"),
+    ("first", "schedule", "versions", "sync", "on_startup"),
     [
         # one step off-policy: the explorer plays a batch ahead of each version
-        ("explore", "synchronizer.sync_offset=1", {0, 1, 2, 3}, "checkpoint"),
+        ("explore", "synchronizer.sync_offset=1", {0, 1, 2, 3}, "checkpoint", True),
         # a version every 2 steps (and the last): explorers never hold an odd one but 3;
-        # weights from the trainer's memory over a process group (nccl's channel, gloo)
-        ("train", "synchronizer.sync_interval=2", {0, 2, 3}, "nccl"),
+        # weights from the trainer's memory over a process group (nccl's channel, gloo);
+        # the starting weights not validated (Trinity's eval_on_startup: false)
+        ("train", "synchronizer.sync_interval=2", {0, 2, 3}, "nccl", False),
     ],
 )
 def test_explorer_and_trainer_started_in_either_order(
@@ -119,12 +120,18 @@ def test_explorer_and_trainer_started_in_either_order(
     schedule: str,
     versions: set[int],
     sync: str,
+    on_startup: bool,
 ) -> None:
     from agentgym.rollout.collective_weights import COLLECTIVE_BACKEND
 
     monkeypatch.setenv(COLLECTIVE_BACKEND, "gloo")  # the processes inherit it
     second = "train" if first == "explore" else "explore"
-    settings = ("max_steps=3", schedule, f"synchronizer.sync_method={sync}")
+    settings = (
+        "max_steps=3",
+        schedule,
+        f"synchronizer.sync_method={sync}",
+        f"validation.on_startup={str(on_startup).lower()}",
+    )
     processes = {first: start(tmp_path, cache, first, *settings)}
     time.sleep(3)
     processes[second] = start(tmp_path, cache, second, *settings)
@@ -142,7 +149,8 @@ def test_explorer_and_trainer_started_in_either_order(
     batches = [row for row in explored.values() if "explore/policy_version" in row]
     assert all(row["time/explorer_wait"] >= 0 for row in batches)
     validated = {step for step, row in explored.items() if "val/all/success" in row}
-    assert {0, 3} <= validated and validated & {2, 3}  # version 2 or the next one loaded
+    assert 3 in validated and validated & {2, 3}  # version 2 or the next one loaded
+    assert (0 in validated) == on_startup
     weights = tmp_path / "jobs" / "p" / "job" / "weights"
     on_disk = sorted(p.name for p in weights.glob("v*"))
     if sync == "nccl":  # versions went process to process; only the last, at the end, to disk

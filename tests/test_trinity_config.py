@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,16 +22,18 @@ FILES = Path(__file__).parent / "data" / "trinity"
 CPU = Machine(cuda=False, megatron=True, flash_attn=False)
 
 
-def gsm8k_folder(root: Path, rows: int) -> Path:
-    """A task set in openai/gsm8k's layout: subset ``main``, split ``train``."""
+def gsm8k_folder(root: Path, rows: int, test_rows: int = 0) -> Path:
+    """A task set in openai/gsm8k's layout: subset ``main``, split ``train`` (and
+    ``test``, other problems, when ``test_rows``)."""
     folder = root / "gsm8k"
     (folder / "main").mkdir(parents=True)
-    lines = [json.dumps(row) for row in generate_problems(rows, 0)]
-    (folder / "main" / "train.jsonl").write_text("\n".join(lines) + "\n")
-    (folder / "README.md").write_text(
-        "---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n"
-        "    path: main/train.jsonl\n---\n"
-    )
+    card = "---\nconfigs:\n- config_name: main\n  data_files:\n"
+    for split, count, seed in (("train", rows, 0), ("test", test_rows, 1)):
+        if count:
+            lines = [json.dumps(row) for row in generate_problems(count, seed)]
+            (folder / "main" / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+            card += f"  - split: {split}\n    path: main/{split}.jsonl\n"
+    (folder / "README.md").write_text(card + "---\n")
     return folder
 
 
@@ -179,3 +182,131 @@ def test_opmd_from_a_trinity_file_trains_two_steps(tmp_path: Path, tiny_model_di
     assert all(row["actor/grad_norm"] > 0 and "actor/kl" in row for row in updates)
     assert "pg_variant: opmd" in (output / "train_config.yaml").read_text()
     assert "adv_estimator: opmd" in (output / "train_config.yaml").read_text()
+
+
+def test_trinitys_quick_start_file_validates_on_its_eval_tasksets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRINITY_TASKSET_PATH", str(gsm8k_folder(tmp_path, 200, test_rows=30)))
+    quick = arguments("gsm8k")  # examples/grpo_gsm8k/gsm8k.yaml, verbatim
+    assert quick["val_env_manager.tags"] == "['gsm8k-eval']"
+    assert quick["val_env_manager.n_groups"] == "[30]"  # every test row, once
+    assert quick["val_batch_size"] == quick["val_env_manager.env_groups"] == "30"
+    assert quick["val_env_manager.group_size"] == "1"
+    configs = quick["val_env_manager.env_configs"]
+    assert configs.startswith("{gsm8k-eval: {name: 'math_workflow'") and "split: 'test'" in configs
+    assert "split: 'train'" in quick["env.kwargs.taskset"]  # the explorer's own task set
+    assert quick["eval_steps"] == "50" and quick["validation.on_startup"] == "true"
+    assert quick["validation.temperature"] == "1.0"  # Trinity's default rollout_args
+    engine = quick["actor_infer.strategy_args.strategy_config"]
+    assert (
+        engine == "{enable_prefix_caching: false, gpu_memory_utilization: 0.7, enforce_eager: true}"
+    )
+    assert quick["actor_infer.model_args.dtype"] == "'bfloat16'" and quick["seed"] == "42"
+    assert quick["save_steps"] == "100" and quick["max_grad_norm"] == "1.0"
+    # explorer_input's default_workflow_type plays both task sets
+    assert quick["env"] == "math_workflow"
+
+
+def test_eval_tasksets_follow_trinitys_rules(taskset: Path) -> None:
+    def translated(*extra: str, evals: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        raw = load_trinity(FILES / "opmd.yaml", list(extra))
+        if evals is not None:
+            raw["buffer"]["explorer_input"]["eval_tasksets"] = evals
+        translation = from_trinity(raw, machine=CPU)
+        values = dict(a.lstrip("+").split("=", 1) for a in translation.overrides)
+        return {"values": values, "notes": translation.notes}
+
+    columns = {"prompt_key": "question", "response_key": "answer"}
+    plain = {"path": str(taskset), "subset_name": "main", "split": "train", "format": columns}
+    assert translated(evals=[])["values"]["eval_steps"] == "0"  # nothing to evaluate
+    out = translated(
+        "explorer.eval_interval=5", "synchronizer.sync_interval=2",
+        "explorer.eval_on_startup=false",
+        evals=[{"name": "a", **plain, "repeat_times": 2}, {"storage_type": "file"}, plain],
+    )  # fmt: skip
+    values = out["values"]
+    # the pathless one is skipped; the unnamed third is named by its place
+    assert values["val_env_manager.tags"] == "['a', 'eval_taskset_2']"
+    assert values["val_env_manager.n_groups"] == "[400, 200]"  # 200 rows, twice and once
+    assert values["val_batch_size"] == "600"
+    assert values["eval_steps"] == "4"  # rounded down to a multiple of sync_interval
+    assert values["validation.on_startup"] == "false"
+    assert any("eval_tasksets[1] has no path: skipped" in note for note in out["notes"])
+    hot = {**plain, "rollout_args": {"temperature": 0.5}}
+    with pytest.raises(ConfigError, match="temperature differ"):
+        translated(evals=[{"name": "a", **plain}, {"name": "b", **hot}])
+    with pytest.raises(ConfigError, match="names two eval task sets"):
+        translated(evals=[{"name": "a", **plain}, {"name": "a", **plain}])
+    with pytest.raises(ConfigError, match=r"eval_tasksets\[0\].shuffle.*has no counterpart"):
+        translated(evals=[{"name": "a", **plain, "shuffle": True}])
+    with pytest.raises(ConfigError, match=r"eval_tasksets\[0\]: .*split"):
+        translated(evals=[{**plain, "split": "validation"}])
+    with pytest.raises(ConfigError, match="trainer_type='megatron'"):
+        translated("trainer.trainer_type=megatron")
+
+
+def test_validation_covers_each_eval_row_once_every_time(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from agentgym.builders import env_manager
+    from agentgym.schema import validate
+    from agentgym.train import register_env_configs
+
+    folder = gsm8k_folder(tmp_path, 8, test_rows=5)
+    raw = load_trinity(
+        FILES / "opmd.yaml",
+        [f"buffer.explorer_input.taskset.path={folder}", f"model.model_path={tiny_model_dir}"],
+    )
+    columns = {"prompt_key": "question", "response_key": "answer"}
+    test = {"path": str(folder), "subset_name": "main", "split": "test", "format": columns}
+    raw["buffer"]["explorer_input"]["eval_tasksets"] = [
+        {"name": "once", **test},
+        {"name": "twice", **test, "repeat_times": 2},
+    ]
+    register_env_configs()
+    with initialize_config_module("agentgym.configs", version_base=None):
+        cfg = compose("config", overrides=from_trinity(raw, machine=CPU).overrides)
+    config = validate(OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
+    manager = env_manager(config.val_env_manager, config, fixed_seeds=True)
+    try:
+        for _ in range(2):  # the same rows at every validation
+            played: dict[str, list[int]] = {"once": [], "twice": []}
+            for group in manager.assignments():
+                for assignment in group:
+                    assert assignment.task_index is not None  # math_workflow asks for one
+                    played[assignment.slot.tag].append(assignment.task_index % 5)
+            assert sorted(played["once"]) == [0, 1, 2, 3, 4]
+            assert sorted(played["twice"]) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    finally:
+        manager.close()
+
+
+def test_the_quick_start_file_trains_and_validates_on_its_eval_tasksets(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    # Trinity's quick start as written but for the model, the batch and the
+    # generation budget; validation every step, not at the start
+    folder = gsm8k_folder(tmp_path, 8, test_rows=3)
+    env = dict(os.environ) | {
+        "TRINITY_TASKSET_PATH": str(folder),
+        "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "checkpoints"),
+    }
+    output = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "agentgym.train", "--config-path", str(FILES),
+        "--config-name", "gsm8k", f"model.model_path={tiny_model_dir}", *SHRINK,
+        "buffer.total_epochs=1", "explorer.eval_interval=1", "explorer.eval_on_startup=false",
+        "model.max_response_tokens=8", "model.max_model_len=512", "generation=hf",
+        f"output_dir={output}",
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    rows = [json.loads(line) for line in (output / "logs" / "metrics.jsonl").open()]
+    validated = {row["step"]: row for row in rows if "val/gsm8k-eval/trajectories" in row}
+    assert sorted(validated) == [1, 2, 3, 4]  # 8 rows, 2 a step; none at step 0
+    assert all(row["val/gsm8k-eval/trajectories"] == 3 for row in validated.values())
+    assert all(row["val/gsm8k-eval/failed"] == 0 for row in validated.values())

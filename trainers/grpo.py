@@ -111,7 +111,7 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
             step = restore(parts, resume)
             send_resumed_weights(config, parts, loop)  # the engines sample the checkpoint's
         loop.call_soon(source.start, step)
-        if step == 0 and schedule.eval_steps:
+        if step == 0 and schedule.eval_steps and schedule.eval_on_startup:
             validate(config, parts, loop, source, step=0)
         while step < schedule.max_steps:
             step += 1

@@ -128,6 +128,8 @@ class ScheduleConfig:
     """``reference``'s dynamic batching of its forward passes."""
     async_generation_ratio: float = 0.0
     """k > 0: rollout runs up to k steps ahead of training (docs/async.md)."""
+    eval_on_startup: bool = True
+    """Validate the starting weights (step 0) when ``eval_steps`` > 0."""
 
 
 @dataclass(frozen=True)

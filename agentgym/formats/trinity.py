@@ -16,16 +16,22 @@ any other: :func:`from_trinity`. Every key means what it means in Trinity
   optimizer step, one optimizer step per training step; ``total_epochs`` over the
   task set's rows (whole batches, Trinity's ``drop_last``) gives the step count;
 * ``buffer.explorer_input.taskset``: the task set (:mod:`agentgym.tasksets`) of the env
-  ``default_workflow_type`` names (``math_workflow``); ``rollout_args.temperature``;
+  ``default_workflow_type`` names (``math_workflow``; the taskset's, else
+  ``explorer_input``'s); ``rollout_args.temperature``;
+* ``buffer.explorer_input.eval_tasksets`` with ``explorer.eval_interval`` and
+  ``eval_on_startup``: the validation envs, one tag per task set (:func:`_eval_tasksets`);
 * ``buffer.trainer_input.experience_buffer``: ``storage_type`` and ``path``
   (``sqlite:///file.db``);
 * ``model.model_path``, ``max_model_len`` (the sequence budget),
   ``max_response_tokens``; ``cluster.node_num``, ``gpu_per_node``;
 * ``explorer.name``, ``runner_per_model`` (episodes in flight per engine),
-  ``rollout_model.engine_num`` and ``tensor_parallel_size``;
+  ``rollout_model.engine_num`` and ``tensor_parallel_size``, its vLLM arguments
+  (``enable_prefix_caching``, ``gpu_memory_utilization``, ``enforce_eager``), ``dtype``
+  and ``seed``;
 * ``synchronizer.*`` (the same keys);
-* ``trainer.grad_clip``, ``use_dynamic_bsz`` with ``max_token_len_per_gpu`` (token-budget
-  micro-batches), ``ulysses_sequence_parallel_size`` (1 only).
+* ``trainer.grad_clip``, ``save_interval``, ``use_dynamic_bsz`` with
+  ``max_token_len_per_gpu`` (token-budget micro-batches),
+  ``ulysses_sequence_parallel_size`` (1 only), ``trainer_type`` (``verl`` only).
 
 A key with no meaning here is an error that names it (with the close match for a
 misspelling); nothing is ignored silently. Fitting to this machine is a separate,
@@ -116,6 +122,23 @@ KL_LOSSES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl", "low_var_kl": "low_var
 """Trinity's ``kl_loss_fn`` → ``kl_penalty`` (``none``: no KL loss). Trinity's k3 is not
 clamped; ``low_var_kl`` clamps at ±10 (verl's)."""
 
+TASKSET_KEYS = (
+    "name", "storage_type", "path", "subset_name", "split", "format", "rollout_args",
+    "default_workflow_type",
+)  # fmt: skip
+"""A task set's keys (Trinity's ``StorageConfig``) read here."""
+
+ENGINE_OPTIONS = ("enable_prefix_caching", "gpu_memory_utilization", "enforce_eager")
+"""``explorer.rollout_model``'s vLLM engine arguments, passed on as ROLL's
+``actor_infer.strategy_args.strategy_config`` (the engine's vLLM arguments)."""
+
+TRAINER_TYPES = ("verl",)
+"""Trinity's ``trainer.trainer_type`` values: verl's FSDP trainer, whose role the
+strategy (``actor_train.strategy_args``) plays here."""
+
+EVAL_INTERVAL = 100
+"""Trinity's ``explorer.eval_interval`` default."""
+
 KEYS: dict[str, tuple[str, ...]] = {
     "": (
         "project", "name", "mode", "checkpoint_root_dir", "algorithm", "model",
@@ -130,19 +153,24 @@ KEYS: dict[str, tuple[str, ...]] = {
     "model": ("model_path", "max_model_len", "max_response_tokens", "max_prompt_tokens"),
     "cluster": ("node_num", "gpu_per_node"),
     "buffer": ("total_epochs", "batch_size", "train_batch_size", "explorer_input", "trainer_input"),
-    "buffer.explorer_input": ("taskset",),
-    "buffer.explorer_input.taskset": (
-        "name", "storage_type", "path", "subset_name", "split", "format", "rollout_args",
-        "default_workflow_type",
-    ),
+    "buffer.explorer_input": ("taskset", "eval_tasksets", "default_workflow_type"),
+    "buffer.explorer_input.taskset": TASKSET_KEYS,
     "buffer.explorer_input.taskset.rollout_args": ("temperature",),
+    "buffer.explorer_input.eval_tasksets": (*TASKSET_KEYS, "repeat_times"),
+    "buffer.explorer_input.eval_tasksets.rollout_args": ("temperature",),
     "buffer.trainer_input": ("experience_buffer",),
     "buffer.trainer_input.experience_buffer": ("name", "storage_type", "path"),
-    "explorer": ("name", "runner_per_model", "rollout_model", "bench_on_latest_checkpoint"),
-    "explorer.rollout_model": ("engine_num", "tensor_parallel_size"),
+    "explorer": (
+        "name", "runner_per_model", "rollout_model", "bench_on_latest_checkpoint",
+        "eval_interval", "eval_on_startup",
+    ),
+    "explorer.rollout_model": (
+        "engine_num", "tensor_parallel_size", *ENGINE_OPTIONS, "dtype", "seed",
+    ),
     "synchronizer": ("sync_method", "sync_interval", "sync_offset", "sync_style", "sync_timeout"),
     "trainer": (
         "grad_clip", "use_dynamic_bsz", "max_token_len_per_gpu", "ulysses_sequence_parallel_size",
+        "save_interval", "trainer_type",
     ),
 }  # fmt: skip
 """Every Trinity key read here, by section; any other is an error naming it."""
@@ -245,7 +273,7 @@ def from_trinity(
         values["num_gpus_per_node"] = cluster["gpu_per_node"]
 
     buffer = raw.get("buffer") or {}
-    taskset = (buffer.get("explorer_input") or {}).get("taskset") or {}
+    explorer_input = buffer.get("explorer_input") or {}
     batch = int(buffer.get("batch_size", 1))
     train_batch = int(buffer.get("train_batch_size") or batch * repeat)
     if train_batch % repeat:
@@ -265,14 +293,14 @@ def from_trinity(
         # one optimizer step per training step: its train_batch_size experiences
         "actor_train.training_args.per_device_train_batch_size": micro,
         "actor_train.training_args.gradient_accumulation_steps": samples // micro,
-        "eval_steps": 0,  # Trinity evaluates its eval_tasksets only (none read here)
     }
     if raw.get("mode") == "both" and batch != trainer_groups:
         raise ConfigError(
             f"mode=both plays and trains one batch per step: buffer.batch_size={batch} tasks "
             f"must be buffer.train_batch_size / repeat_times = {trainer_groups} groups"
         )
-    env, rows = _taskset(taskset, values, notes)
+    env, rows = _taskset(explorer_input, values, notes)
+    _eval_tasksets(raw, values, notes)
     epochs = float(buffer.get("total_epochs", 1))
     explore_steps = math.floor(rows * epochs / batch)
     steps = max(1, explore_steps * batch * repeat // train_batch)
@@ -298,6 +326,13 @@ def from_trinity(
     if "engine_num" in rollout_model or "tensor_parallel_size" in rollout_model:
         values["actor_infer.device_mapping"] = list(range(engines * tp))
         values["actor_infer.num_gpus_per_worker"] = tp
+    engine = {key: rollout_model[key] for key in ENGINE_OPTIONS if key in rollout_model}
+    if engine:
+        values["actor_infer.strategy_args.strategy_config"] = engine
+    if "dtype" in rollout_model:
+        values["actor_infer.model_args.dtype"] = rollout_model["dtype"]
+    if "seed" in rollout_model:  # the engines' seed; here the run's (envs' seeds too)
+        values["seed"] = rollout_model["seed"]
     if "runner_per_model" in explorer:
         values["max_running_requests"] = int(explorer["runner_per_model"]) * engines
 
@@ -305,8 +340,15 @@ def from_trinity(
         values[f"synchronizer.{key}"] = value
 
     trainer = raw.get("trainer") or {}
+    trainer_type = trainer.get("trainer_type", "verl")
+    if trainer_type not in TRAINER_TYPES:
+        raise ConfigError(
+            f"trainer.trainer_type={trainer_type!r} is not one of Trinity's {list(TRAINER_TYPES)}"
+        )
     if "grad_clip" in trainer:
         values["max_grad_norm"] = trainer["grad_clip"]
+    if "save_interval" in trainer:  # 0: Trinity saves at the end only
+        values["save_steps"] = int(trainer["save_interval"]) or steps
     if trainer.get("use_dynamic_bsz"):
         values["actor_train.use_dynamic_batching_in_train"] = True
         if "max_token_len_per_gpu" in trainer:
@@ -371,20 +413,20 @@ def _algorithm_args(algorithm: Mapping[str, Any], values: dict[str, Any]) -> Non
         values["kl_loss_coef"] = algorithm["kl_loss_fn_args"]["kl_coef"]
 
 
-def _taskset(
-    taskset: Mapping[str, Any], values: dict[str, Any], notes: list[str]
-) -> tuple[str, int]:
-    """The env of ``taskset`` (its workflow, its task set as the env's ``taskset``
-    argument, its sampling) and the task set's row count."""
+def _read_taskset(
+    taskset: Mapping[str, Any], where: str, default_workflow: str | None
+) -> tuple[str, dict[str, Any], int]:
+    """The env that plays ``taskset`` (its workflow, else ``default_workflow``, else
+    ``math_workflow``), the task set as that env's ``taskset`` argument, and its row
+    count (``where``: its place in the file)."""
     from agentgym.tasksets import TaskSetError, load_taskset
 
-    workflow = taskset.get("default_workflow_type", "math_workflow")
+    workflow = taskset.get("default_workflow_type") or default_workflow or "math_workflow"
     if workflow not in WORKFLOWS:
         raise ConfigError(
-            f"buffer.explorer_input.taskset.default_workflow_type={workflow!r} has no env "
+            f"{where}.default_workflow_type={workflow!r} has no env "
             f"here; built: {sorted(WORKFLOWS)}.{did_you_mean(workflow, WORKFLOWS)}"
         )
-    env = WORKFLOWS[workflow]
     spec = {
         key: taskset[key]
         for key in ("name", "path", "subset_name", "split", "format")
@@ -392,15 +434,26 @@ def _taskset(
     }
     if taskset.get("storage_type", "file") != "file":
         raise ConfigError(
-            f"buffer.explorer_input.taskset.storage_type={taskset['storage_type']!r}: only "
+            f"{where}.storage_type={taskset['storage_type']!r}: only "
             "file (a local file or datasets folder) is built"
         )
     if "path" not in spec:
-        raise ConfigError("buffer.explorer_input.taskset needs a path (a file or datasets folder)")
+        raise ConfigError(f"{where} needs a path (a file or datasets folder)")
     try:
         rows = len(load_taskset(spec))
     except TaskSetError as error:
-        raise ConfigError(f"buffer.explorer_input.taskset: {error}") from None
+        raise ConfigError(f"{where}: {error}") from None
+    return WORKFLOWS[workflow], spec, rows
+
+
+def _taskset(
+    explorer_input: Mapping[str, Any], values: dict[str, Any], notes: list[str]
+) -> tuple[str, int]:
+    """The env of the explorer's ``taskset`` (its workflow, its task set as the env's
+    ``taskset`` argument, its sampling) and the task set's row count."""
+    taskset = explorer_input.get("taskset") or {}
+    default = explorer_input.get("default_workflow_type")
+    env, spec, rows = _read_taskset(taskset, "buffer.explorer_input.taskset", default)
     values["env.kwargs.taskset"] = spec
     values["val_env_manager.env_groups"] = min(rows, 4)
     values["val_batch_size"] = min(rows, 4)
@@ -410,6 +463,76 @@ def _taskset(
         values["generation.temperature"] = temperature
     notes.append(f"task set {spec.get('name', spec['path'])}: {rows} rows, played by env {env}")
     return env, rows
+
+
+def _eval_tasksets(raw: Mapping[str, Any], values: dict[str, Any], notes: list[str]) -> None:
+    """Trinity's ``buffer.explorer_input.eval_tasksets`` as the run's validation envs
+    (into ``values``), as Trinity's explorer evaluates them: one env tag per task set
+    (its ``name``; default ``eval_taskset_<i>``), each of its rows ``repeat_times``
+    times (default 1) at every validation, every ``explorer.eval_interval`` steps
+    (default 100, rounded down to a multiple of ``synchronizer.sync_interval`` as
+    Trinity rounds it) and at the start (``explorer.eval_on_startup``, default true).
+    A task set without a path is skipped, as in Trinity; without any, the run does
+    not validate (Trinity's explorer skips evaluation).
+
+    Raises:
+        ConfigError: On two task sets of one name, task sets sampled at different
+            temperatures (validation has one here), an ``eval_interval`` below 1, or
+            a task set that cannot be read.
+    """
+    explorer = raw.get("explorer") or {}
+    explorer_input = (raw.get("buffer") or {}).get("explorer_input") or {}
+    listed = explorer_input.get("eval_tasksets") or []
+    counts: dict[str, int] = {}
+    configs: dict[str, Any] = {}
+    temperatures: dict[str, float] = {}
+    for index, taskset in enumerate(listed):
+        where = f"buffer.explorer_input.eval_tasksets[{index}]"
+        if not taskset.get("path"):
+            notes.append(f"{where} has no path: skipped, as Trinity skips it")
+            continue
+        name = str(taskset.get("name") or f"eval_taskset_{index}")
+        if name in configs:
+            raise ConfigError(f"{where}.name={name!r} names two eval task sets; name each once")
+        env, spec, rows = _read_taskset(taskset, where, explorer_input.get("default_workflow_type"))
+        repeat = int(taskset.get("repeat_times") or 1)
+        counts[name] = rows * repeat
+        configs[name] = {"name": env, "kwargs": {"taskset": spec}}
+        temperatures[name] = float((taskset.get("rollout_args") or {}).get("temperature", 1.0))
+        notes.append(
+            f"eval task set {name}: {rows} rows × {repeat} at each validation, played by env {env}"
+        )
+    if not configs:
+        values["eval_steps"] = 0
+        return
+    if len(set(temperatures.values())) > 1:
+        raise ConfigError(
+            f"eval_tasksets' rollout_args.temperature differ ({temperatures}): validation "
+            "samples at one temperature here (validation.temperature); give them one"
+        )
+    interval = int(explorer.get("eval_interval", EVAL_INTERVAL))
+    if interval < 1:
+        raise ConfigError(f"explorer.eval_interval={interval} must be at least 1")
+    sync = int((raw.get("synchronizer") or {}).get("sync_interval", 1))
+    if raw.get("mode", "both") != "bench" and interval % sync:
+        rounded = max(interval // sync, 1) * sync
+        notes.append(
+            f"explorer.eval_interval={interval} → {rounded}: a multiple of "
+            f"synchronizer.sync_interval={sync}, as Trinity rounds it"
+        )
+        interval = rounded
+    total = sum(counts.values())
+    values |= {
+        "val_env_manager.tags": list(configs),
+        "val_env_manager.n_groups": list(counts.values()),
+        "val_env_manager.env_groups": total,
+        "val_env_manager.group_size": 1,
+        "val_env_manager.env_configs": configs,
+        "val_batch_size": total,
+        "validation.temperature": next(iter(temperatures.values())),
+        "validation.on_startup": bool(explorer.get("eval_on_startup", True)),
+        "eval_steps": interval,
+    }
 
 
 def fit_trinity(values: dict[str, Any], machine: Machine) -> list[Change]:
@@ -451,19 +574,26 @@ def fit_trinity(values: dict[str, Any], machine: Machine) -> list[Change]:
     return changes
 
 
-def _check_keys(raw: Mapping[str, Any], section: str) -> None:
+def _check_keys(raw: Mapping[str, Any], section: str, shown: str | None = None) -> None:
+    """Every key of ``raw`` (the file's ``section``, written ``shown`` in errors) is
+    one of :data:`KEYS`; a task set's ``format`` is checked when the task set is read."""
     known = KEYS[section]
+    shown = section if shown is None else shown
     for key, value in raw.items():
         path = f"{section}.{key}" if section else key
+        where = f"{shown}.{key}" if shown else key
         if key not in known:
             raise ConfigError(
-                f"Trinity key {path!r} has no counterpart here.{did_you_mean(key, known)} "
+                f"Trinity key {where!r} has no counterpart here.{did_you_mean(key, known)} "
                 f"(read: {', '.join(known)})"
             )
         if path in KEYS and isinstance(value, Mapping):
-            _check_keys(value, path)
-        elif path == "buffer.explorer_input.taskset.format":
-            continue  # the task set's own keys (checked when it is read)
+            _check_keys(value, path, where)
+        elif path in KEYS and isinstance(value, list):  # eval_tasksets: a list of task sets
+            for index, item in enumerate(value):
+                if not isinstance(item, Mapping):
+                    raise ConfigError(f"Trinity's {where}[{index}] must be a mapping, got {item!r}")
+                _check_keys(item, path, f"{where}[{index}]")
 
 
 def _override(key: str, value: Any) -> str:
