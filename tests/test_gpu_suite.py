@@ -155,3 +155,13 @@ def test_kernel_profile_splits_a_step_by_kernel_and_kind(monkeypatch: pytest.Mon
         "void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel>": "other",
     }
     assert {name: runner.kernel_kind(name) for name in kinds} == kinds
+
+
+def test_the_packages_carried_to_a_gpu_machine_are_the_versions_tested_here() -> None:
+    # benchmarks/gpu/wheels.sh downloads these pins for the lent machine's image
+    from importlib.metadata import version
+
+    lines = (ROOT / "benchmarks" / "gpu" / "carry.txt").read_text().splitlines()
+    pins = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    assert {"megatron-core", "hydra-core", "pydantic"} <= set(pins)
+    assert {name: version(name) for name in pins} == pins
