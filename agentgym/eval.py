@@ -8,8 +8,8 @@ and dumped to ``rollout_dump_dir``.
 Given a trained checkpoint (``model.path=<run>/checkpoints/checkpoint-N/model``,
 the checkpoint folder, or the run's ``output_dir``), eval plays as the run
 validated: its validation envs (every tag, with its own arguments), rollout
-mode, history, turns, sequence length, sampling and validation seeds, read
-from the run's saved ``train_config.yaml``; a key given on the command line
+mode, history, turns, sequence length, sampling, validation seeds and vLLM
+engine arguments, read from the run's saved ``train_config.yaml``; a key given on the command line
 still wins (``env=...`` plays that env instead).
 
 Usage::
@@ -160,7 +160,13 @@ def eval_config(cfg: DictConfig, run: dict[str, Any] | None, given: set[str]) ->
         "actor_infer": {
             **base["actor_infer"],
             "generating_args": generating,
-            "strategy_args": {"strategy_name": cfg.generation.backend, "strategy_config": {}},
+            # the run's vLLM engine arguments (the engine keeps those vLLM takes)
+            "strategy_args": {
+                "strategy_name": cfg.generation.backend,
+                "strategy_config": base["actor_infer"]["strategy_args"]["strategy_config"]
+                if run
+                else {},
+            },
         },
     }
     return validate(settings, training=False)

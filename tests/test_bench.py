@@ -182,7 +182,9 @@ def test_without_eval_on_startup_the_base_model_is_not_benched(run: Path) -> Non
     assert not config.validation.on_startup  # what bench passes as base
 
 
-def test_eval_of_a_run_plays_each_of_its_validation_envs(run: Path) -> None:
+def test_eval_of_a_run_plays_each_of_its_validation_envs_with_its_engine_arguments(
+    run: Path,
+) -> None:
     from agentgym.bench import eval_settings
     from agentgym.eval import eval_config, resolve_model
 
@@ -190,8 +192,14 @@ def test_eval_of_a_run_plays_each_of_its_validation_envs(run: Path) -> None:
     assert saved is not None
     lake = {"name": "frozen_lake", "kwargs": {"size": 4}}
     managed = {"tags": ["sokoban", "lake"], "n_groups": [2, 1], "env_configs": {"lake": lake}}
-    saved = {**saved, "val_env_manager": {**saved["val_env_manager"], **managed}}
+    engine = {"strategy_name": "vllm", "strategy_config": {"block_size": 32}}
+    saved = {
+        **saved,
+        "val_env_manager": {**saved["val_env_manager"], **managed},
+        "actor_infer": {**saved["actor_infer"], "strategy_args": engine},
+    }
     config = eval_config(eval_settings(bench_config(run), model), saved, set())
+    assert config.actor_infer.strategy_args.strategy_config == {"block_size": 32}
     assert config.val_env_manager.tags == ["sokoban", "lake"]
     assert config.val_env_manager.n_groups == [2, 1] and config.val_batch_size == 3
     assert config.val_env_manager.env_configs == {"lake": lake}
