@@ -163,7 +163,9 @@ def eval_config(cfg: DictConfig, run: dict[str, Any] | None, given: set[str]) ->
             # the run's vLLM engine arguments (the engine keeps those vLLM takes)
             "strategy_args": {
                 "strategy_name": cfg.generation.backend,
-                "strategy_config": base["actor_infer"]["strategy_args"]["strategy_config"]
+                "strategy_config": (
+                    (base["actor_infer"].get("strategy_args") or {}).get("strategy_config") or {}
+                )
                 if run
                 else {},
             },

@@ -111,7 +111,33 @@ def every_config(
         "logprobs": with_reference.reference_logprobs(ragged_batch(7)),
         "bytes": storage_bytes(list(with_reference.reference.parameters())),
     }
-    return {"runs": runs, "memory": per_rank, "resumed": resumed, "reference": reference}
+    read = checkpoint_reads(rank, world, model_dir)
+    return {
+        "runs": runs,
+        "memory": per_rank,
+        "resumed": resumed,
+        "reference": reference,
+        "reads": read,
+    }
+
+
+def checkpoint_reads(rank: int, world: int, model_dir: Path) -> dict[str, list[int]]:
+    """How many times each rank read the checkpoint (``from_pretrained``) to build the
+    strategy, without and with CPU offload."""
+    from unittest import mock
+
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    found = {}
+    for name, config in (("sharded", {}), ("offload", {"offload_policy": True})):
+        read = AutoModelForCausalLM.from_pretrained
+        with mock.patch.object(AutoModelForCausalLM, "from_pretrained", wraps=read) as spy:
+            fsdp2(model_dir, rank, world, **config)
+        per_rank: list[Any] = [None] * world
+        dist.all_gather_object(per_rank, spy.call_count)
+        found[name] = per_rank
+    return found
 
 
 def resume(rank: int, world: int, model_dir: Path, checkpoint: Path) -> Any:

@@ -100,6 +100,15 @@ def test_each_rank_holds_one_nth(qwen_dir: Path, ranks: dict[int, Any]) -> None:
                 assert size < whole[kind] / world * 1.1
 
 
+def test_only_rank_0_reads_the_checkpoint(ranks: dict[int, Any]) -> None:
+    # the others build with meta parameters and receive their shards by broadcast (the
+    # equal runs above check what they received); under CPU offload every rank reads
+    for world in (2, 4):
+        reads = ranks[world]["reads"]
+        assert reads["sharded"] == [1] + [0] * (world - 1)
+        assert reads["offload"] == [1] * world
+
+
 def test_the_reference_is_sharded_like_the_policy(qwen_dir: Path, ranks: dict[int, Any]) -> None:
     torch_reference = TorchStrategy(qwen_dir, **SETTINGS, reference_path=qwen_dir)
     expected = torch_reference.reference_logprobs(ragged_batch(7))

@@ -4,7 +4,9 @@ summed (not averaged) over the ranks."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -131,3 +133,39 @@ def reshard(model: torch.nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.reshard()
+
+
+@contextlib.contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Inside the block, every parameter a module registers lives on the meta device
+    (no memory); buffers stay where they are made, so a model built here keeps its
+    rotary frequencies (non-persistent buffers no checkpoint holds). A parameter
+    registered again (a tied one) keeps its object, so ties survive.
+
+    Not thread-safe: it replaces ``torch.nn.Module.register_parameter`` for the block.
+    """
+    original = torch.nn.Module.register_parameter
+
+    def register(module: torch.nn.Module, name: str, param: torch.nn.Parameter | None) -> None:
+        original(module, name, param)
+        if param is not None and not param.is_meta:
+            kind = type(param)
+            module._parameters[name] = kind(param.to("meta"), requires_grad=param.requires_grad)
+
+    torch.nn.Module.register_parameter = register  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
+def load_from_rank0(model: torch.nn.Module, full: Mapping[str, torch.Tensor]) -> None:
+    """Fill the sharded ``model`` with rank 0's ``full`` state dict (empty on the other
+    ranks, whose parameters are meta): each tensor is broadcast from rank 0 and each
+    rank keeps its shard (torch's ``set_model_state_dict`` with
+    ``broadcast_from_rank0``, as verl's ``fsdp2_load_full_state_dict``). Every rank
+    calls it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, dict(full), options=options)

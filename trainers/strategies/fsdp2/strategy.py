@@ -109,16 +109,33 @@ class FSDP2Strategy:
         self.optimizer, self.scheduler = build_optimizer(self.model, optimizer)
 
     def _build(self, path: Path, gradient_checkpointing: bool) -> Any:
-        from transformers import AutoModelForCausalLM
+        """The model at ``path``, sharded. Rank 0 alone reads the checkpoint into host
+        memory and broadcasts it tensor by tensor; the other ranks build the model
+        with meta parameters and keep only their shards (verl's way). Under CPU
+        offload every rank reads it (the broadcast would place shards on the GPU)."""
+        from transformers import AutoConfig, AutoModelForCausalLM
 
         extra = {"attn_implementation": self.attn_implementation}
-        model = AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=self.dtype, **{k: v for k, v in extra.items() if v}
-        )
+        options = {k: v for k, v in extra.items() if v}
+        broadcast = dist.get_world_size() > 1 and not self._shard_options["offload"]
+        full: dict[str, torch.Tensor] = {}
+        if broadcast and dist.get_rank() != 0:
+            with sharding.parameters_on_meta():
+                config = AutoConfig.from_pretrained(str(path))
+                model = AutoModelForCausalLM.from_config(config, dtype=self.dtype, **options)
+            model.eval()  # as from_pretrained leaves it
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=self.dtype, **options)
+            if broadcast:
+                full = model.state_dict()
         if gradient_checkpointing:
             # the reentrant variant runs backward outside FSDP2's hooks
             model.gradient_checkpointing_enable({"use_reentrant": False})
-        return sharding.shard(model, self.mesh, self.policy, **self._shard_options)
+        model = sharding.shard(model, self.mesh, self.policy, **self._shard_options)
+        if broadcast:
+            sharding.load_from_rank0(model, full)
+            full.clear()
+        return model
 
     # Forward passes, as many on every rank ---------------------------------------------
 
