@@ -89,11 +89,11 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
     last_line = time.monotonic()
     try:
         loaded = _first_weights(parts, loop, log)
-        if not parts.eval_on_startup:  # the first weights count as validated
-            validated.add(loaded.version)
+        # without on_startup the first weights are the mark the schedule counts from
+        mark = set() if parts.eval_on_startup else {loaded.version}
         idle_from = time.perf_counter()  # waits for admission and weights count from here
         while True:
-            if _due(parts.eval_steps, loaded.version, validated):
+            if _due(parts.eval_steps, loaded.version, validated | mark):
                 validated.add(loaded.version)
                 _validate(parts, loop, loaded.version)
                 idle_from = time.perf_counter()  # validating is not waiting

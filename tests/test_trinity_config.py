@@ -244,6 +244,13 @@ def test_eval_tasksets_follow_trinitys_rules(taskset: Path) -> None:
         translated(evals=[{**plain, "split": "validation"}])
     with pytest.raises(ConfigError, match="trainer_type='megatron'"):
         translated("trainer.trainer_type=megatron")
+    for name in ("math:500", "1", "null", "True", "aime 2024", "gsm8k/test"):  # not tag names
+        with pytest.raises(ConfigError, match=r"eval_tasksets\[0\].name="):
+            translated(evals=[{"name": name, **plain}])
+    unset = {**plain, "rollout_args": {"temperature": None}}  # Trinity's default, 1.0
+    assert translated(evals=[unset])["values"]["validation.temperature"] == "1.0"
+    default = translated()["values"]  # no save_interval: a checkpoint at the end only
+    assert default["save_steps"] == default["max_steps"] == "50"
 
 
 def test_validation_covers_each_eval_row_once_every_time(

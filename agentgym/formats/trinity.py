@@ -41,6 +41,7 @@ listed step (:func:`fit_trinity`), as for ROLL's files.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +136,10 @@ ENGINE_OPTIONS = ("enable_prefix_caching", "gpu_memory_utilization", "enforce_ea
 TRAINER_TYPES = ("verl",)
 """Trinity's ``trainer.trainer_type`` values: verl's FSDP trainer, whose role the
 strategy (``actor_train.strategy_args``) plays here."""
+
+TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+"""An eval task set's name: it becomes an env tag, a key of the command line's
+``val_env_manager.env_configs`` mapping, metric names and render file names."""
 
 EVAL_INTERVAL = 100
 """Trinity's ``explorer.eval_interval`` default."""
@@ -347,8 +352,8 @@ def from_trinity(
         )
     if "grad_clip" in trainer:
         values["max_grad_norm"] = trainer["grad_clip"]
-    if "save_interval" in trainer:  # 0: Trinity saves at the end only
-        values["save_steps"] = int(trainer["save_interval"]) or steps
+    # Trinity's default 0: a checkpoint at the end only
+    values["save_steps"] = int(trainer.get("save_interval") or 0) or steps
     if trainer.get("use_dynamic_bsz"):
         values["actor_train.use_dynamic_batching_in_train"] = True
         if "max_token_len_per_gpu" in trainer:
@@ -470,8 +475,9 @@ def _eval_tasksets(raw: Mapping[str, Any], values: dict[str, Any], notes: list[s
     (into ``values``), as Trinity's explorer evaluates them: one env tag per task set
     (its ``name``; default ``eval_taskset_<i>``), each of its rows ``repeat_times``
     times (default 1) at every validation, every ``explorer.eval_interval`` steps
-    (default 100, rounded down to a multiple of ``synchronizer.sync_interval`` as
-    Trinity rounds it) and at the start (``explorer.eval_on_startup``, default true).
+    (default 100; outside bench, ``max(eval_interval // sync_interval, 1) ×
+    sync_interval`` when it is not a multiple, as Trinity rounds it) and at the
+    start (``explorer.eval_on_startup``, default true).
     A task set without a path is skipped, as in Trinity; without any, the run does
     not validate (Trinity's explorer skips evaluation).
 
@@ -492,13 +498,20 @@ def _eval_tasksets(raw: Mapping[str, Any], values: dict[str, Any], notes: list[s
             notes.append(f"{where} has no path: skipped, as Trinity skips it")
             continue
         name = str(taskset.get("name") or f"eval_taskset_{index}")
+        literal = name.lower() in ("null", "true", "false", "nan", "inf")  # read as values
+        if literal or not TAG_NAME.fullmatch(name):  # a tag: a config key, metric, file name
+            raise ConfigError(
+                f"{where}.name={name!r}: name an eval task set with letters, digits, '_', "
+                "'-' and '.', starting with a letter or '_'"
+            )
         if name in configs:
             raise ConfigError(f"{where}.name={name!r} names two eval task sets; name each once")
         env, spec, rows = _read_taskset(taskset, where, explorer_input.get("default_workflow_type"))
         repeat = int(taskset.get("repeat_times") or 1)
         counts[name] = rows * repeat
         configs[name] = {"name": env, "kwargs": {"taskset": spec}}
-        temperatures[name] = float((taskset.get("rollout_args") or {}).get("temperature", 1.0))
+        temperature = (taskset.get("rollout_args") or {}).get("temperature")
+        temperatures[name] = 1.0 if temperature is None else float(temperature)
         notes.append(
             f"eval task set {name}: {rows} rows × {repeat} at each validation, played by env {env}"
         )

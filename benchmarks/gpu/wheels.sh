@@ -4,8 +4,9 @@
 # has no wheel, so its source archive comes instead. Run where pip reaches PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-mkdir -p .whl .git/info
-grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >>.git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # .git may be a file (a worktree)
+mkdir -p .whl "$(dirname "$exclude")"
+grep -qx '/.whl/' "$exclude" 2>/dev/null || echo '/.whl/' >>"$exclude"
 mapfile -t pins < <(grep -v '^#' benchmarks/gpu/carry.txt | grep -v '^antlr4' | sed '/^$/d')
 platforms=()
 for tag in manylinux_2_28 manylinux_2_27 manylinux_2_17 manylinux2014 manylinux1; do

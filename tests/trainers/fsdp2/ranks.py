@@ -89,7 +89,12 @@ def after_one_step(strategy: Any) -> dict[str, int]:
 
 
 def every_config(
-    rank: int, world: int, model_dir: Path, out: Path, other: Path | None = None
+    rank: int,
+    world: int,
+    model_dir: Path,
+    out: Path,
+    other: Path | None = None,
+    tied_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Each of :data:`CONFIGS` [world] for :data:`STEPS`; each rank's memory after a
     step; a checkpoint after step 1 (to ``out``) and steps 2, 3 resumed from it, and
@@ -112,13 +117,35 @@ def every_config(
         "bytes": storage_bytes(list(with_reference.reference.parameters())),
     }
     read = checkpoint_reads(rank, world, model_dir)
+    tied = None if tied_dir is None else tied_run(rank, world, tied_dir, out.parent)
     return {
         "runs": runs,
         "memory": per_rank,
         "resumed": resumed,
         "reference": reference,
         "reads": read,
+        "tied": tied,
     }
+
+
+def tied_run(rank: int, world: int, tied_dir: Path, root: Path) -> dict[str, Any]:
+    """Two updates of a model whose ``lm_head`` is its embedding (loaded on rank 0 and
+    broadcast), whether each rank still holds one tied parameter and how many the
+    optimizer steps, and a checkpoint saved after them."""
+    import torch.distributed as dist
+
+    strategy = fsdp2(tied_dir, rank, world)
+    run = steps(strategy, (1, 2))
+    model = strategy.model
+    mine = {
+        "tied": model.lm_head.weight is model.model.embed_tokens.weight,
+        "optimized": sum(len(group["params"]) for group in strategy.optimizer.param_groups),
+        "parameters": len(list(model.parameters())),
+    }
+    per_rank: list[Any] = [None] * world
+    dist.all_gather_object(per_rank, mine)
+    strategy.save(root / f"tied-{world}")
+    return {"run": run, "ranks": per_rank}
 
 
 def checkpoint_reads(rank: int, world: int, model_dir: Path) -> dict[str, list[int]]:

@@ -44,10 +44,16 @@ def torch_run(qwen_dir: Path) -> Any:
 
 
 @pytest.fixture(scope="module")
-def ranks(qwen_dir: Path, checkpoints: Path) -> dict[int, Any]:
-    """Every config of 2 ranks, then of 4 (which also resume the 2 ranks' checkpoint)."""
-    two = spawn(2, every_config, qwen_dir, checkpoints / "two")
-    four = spawn(4, every_config, qwen_dir, checkpoints / "four", checkpoints / "two")
+def tied_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tied_dir(tmp_path_factory.mktemp("fsdp2-tied"))
+
+
+@pytest.fixture(scope="module")
+def ranks(qwen_dir: Path, checkpoints: Path, tied_folder: Path) -> dict[int, Any]:
+    """Every config of 2 ranks, then of 4 (which also resume the 2 ranks' checkpoint);
+    both also train the tied model."""
+    two = spawn(2, every_config, qwen_dir, checkpoints / "two", None, tied_folder)
+    four = spawn(4, every_config, qwen_dir, checkpoints / "four", checkpoints / "two", tied_folder)
     return {2: two, 4: four}
 
 
@@ -107,6 +113,20 @@ def test_only_rank_0_reads_the_checkpoint(ranks: dict[int, Any]) -> None:
         reads = ranks[world]["reads"]
         assert reads["sharded"] == [1] + [0] * (world - 1)
         assert reads["offload"] == [1] * world
+
+
+def test_tied_embeddings_stay_one_parameter_on_every_rank(
+    tied_folder: Path, ranks: dict[int, Any]
+) -> None:
+    # ranks other than 0 receive the tied weight once; a second, untied copy would be
+    # an extra optimizer parameter that the checkpoint's state dict cannot name
+    reference = steps(TorchStrategy(tied_folder, **SETTINGS), (1, 2))
+    for world in (2, 4):
+        tied = ranks[world]["tied"]
+        assert_same_run(reference, tied["run"])
+        first = tied["ranks"][0]
+        assert first["tied"] and first["optimized"] == first["parameters"]
+        assert tied["ranks"] == [first] * world
 
 
 def test_the_reference_is_sharded_like_the_policy(qwen_dir: Path, ranks: dict[int, Any]) -> None:

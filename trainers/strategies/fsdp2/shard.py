@@ -159,10 +159,22 @@ def parameters_on_meta() -> Iterator[None]:
         torch.nn.Module.register_parameter = original  # type: ignore[method-assign]
 
 
+def materialize(model: torch.nn.Module, device: torch.device) -> None:
+    """Give the sharded ``model``'s meta parameters uninitialized storage on ``device``
+    (FSDP2's meta-device flow: ``to_empty`` after ``fully_shard``), in place, so tied
+    parameters stay one parameter; its buffers keep their values (``to_empty`` would
+    leave them uninitialized)."""
+    buffers = {name: buffer.detach().clone() for name, buffer in model.named_buffers()}
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            buffer.copy_(buffers[name])
+
+
 def load_from_rank0(model: torch.nn.Module, full: Mapping[str, torch.Tensor]) -> None:
     """Fill the sharded ``model`` with rank 0's ``full`` state dict (empty on the other
-    ranks, whose parameters are meta): each tensor is broadcast from rank 0 and each
-    rank keeps its shard (torch's ``set_model_state_dict`` with
+    ranks, whose shards :func:`materialize` made): each tensor is broadcast from rank
+    0 and each rank copies in its shard (torch's ``set_model_state_dict`` with
     ``broadcast_from_rank0``, as verl's ``fsdp2_load_full_state_dict``). Every rank
     calls it."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict

@@ -133,6 +133,8 @@ class FSDP2Strategy:
             model.gradient_checkpointing_enable({"use_reentrant": False})
         model = sharding.shard(model, self.mesh, self.policy, **self._shard_options)
         if broadcast:
+            if dist.get_rank() != 0:  # real shards to copy into: ties and FSDP's views hold
+                sharding.materialize(model, self.device)
             sharding.load_from_rank0(model, full)
             full.clear()
         return model
