@@ -44,9 +44,13 @@ typecheck:
 docs:
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# AGENTGYM_REQUIRE_VLLM: the vLLM and OpenAI-server tests fail instead of skipping
+# AGENTGYM_REQUIRE_VLLM: the vLLM and OpenAI-server tests fail instead of skipping.
+# Two pytest-xdist workers: most of the suite is one core's Python (a subprocess's
+# imports, a Ray actor's start), so two keep both cores of a small machine busy; a test
+# module stays on one worker and the Ray tests share one (tests/conftest.py).
+TEST_WORKERS ?= 2
 unit:
-	AGENTGYM_REQUIRE_VLLM=1 $(BIN)/python -m pytest
+	AGENTGYM_REQUIRE_VLLM=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 bench: setup
 	$(BIN)/python -m pip install --quiet --no-deps gym-sokoban

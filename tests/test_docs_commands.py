@@ -225,7 +225,14 @@ def played(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> di
         return {command: future.result() for command, future in futures.items()}
 
 
-@pytest.mark.parametrize("command", [c for c in COMMANDS if c != SERVER])
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(c, marks=[pytest.mark.ray] if "distributed=ray" in c else [])
+        for c in COMMANDS
+        if c != SERVER
+    ],
+)
 def test_docs_command(
     command: str, tmp_path: Path, tiny_model_dir: Path, request: pytest.FixtureRequest
 ) -> None:

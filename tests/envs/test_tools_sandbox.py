@@ -71,14 +71,33 @@ def workdirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def launcher_processes() -> int:
-    """Processes on this machine running the sandbox launcher (zygotes and their forks)."""
-    count = 0
+    """Processes running the sandbox launcher (zygotes and their forks) below this test
+    process or orphaned to init: another test process's sandboxes (a second xdist
+    worker's) are not counted, one that escaped this process's tree is."""
+    parents: dict[int, int] = {}
+    launchers = set()
     for entry in Path("/proc").iterdir():
-        try:
-            count += str(pool_module.LAUNCHER).encode() in (entry / "cmdline").read_bytes()
-        except OSError:
+        if not entry.name.isdigit():
             continue
-    return count
+        try:
+            parents[int(entry.name)] = int(
+                (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            )
+            if str(pool_module.LAUNCHER).encode() in (entry / "cmdline").read_bytes():
+                launchers.add(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+
+    def ours(pid: int) -> bool:
+        if parents.get(pid) == 1:  # an orphan
+            return True
+        while pid > 1:
+            if pid == os.getpid():
+                return True
+            pid = parents.get(pid, 0)
+        return False
+
+    return sum(ours(pid) for pid in launchers)
 
 
 def test_a_normal_call_runs_isolated_in_an_empty_directory(
@@ -101,6 +120,7 @@ def test_a_normal_call_runs_isolated_in_an_empty_directory(
 
 
 def test_fork_bomb_is_killed_with_all_its_processes(env: MathToolEnv) -> None:
+    run(env, "print(1)")  # the pool's zygote is up before the count (run alone, it was not)
     before = launcher_processes()
     code = (
         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
