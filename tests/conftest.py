@@ -76,16 +76,21 @@ schedules by node id, without the marks; :func:`pytest_collection_modifyitems` c
 the reading against the marks collected)."""
 
 
+def module_of(nodeid: str) -> str:
+    """A test's module, as the repository-relative path its node id starts with."""
+    return nodeid.split("::", 1)[0]
+
+
 def work_unit(nodeid: str) -> str:
     """The xdist unit of work a test belongs to: its module, or ``ray``."""
-    module = nodeid.split("::", 1)[0]
+    module = module_of(nodeid)
     return "ray" if module in RAY_MODULES else module
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Refuse a ``ray``-marked test whose module :data:`RAY_MODULES` missed: under xdist
     it would run beside the other Ray tests."""
-    marked = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("ray")}
+    marked = {module_of(item.nodeid) for item in items if item.get_closest_marker("ray")}
     if stray := sorted(marked - RAY_MODULES):
         raise pytest.UsageError(
             f"ray-marked tests in {stray}, which tests/conftest.py's RAY_MODULES (modules "

@@ -17,6 +17,7 @@ import pytest
 from agentgym.builders import build_train
 from agentgym.schema import validate
 from agentgym.trainers.grpo import train
+from tests.processes import descendants
 from tests.test_config import composed
 from tests.trainers.test_train_e2e import SMALL, command, default_sigint
 
@@ -97,25 +98,6 @@ def test_two_nodes_hold_the_ranks_and_train_two_steps(
     train(grpo, parts)
     lines = (tmp_path / "run" / "logs" / "metrics.jsonl").read_text().splitlines()
     assert sum('"actor/grad_norm"' in line for line in lines) == 2
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` (children, their children, ...)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
 
 
 def alive(pids: set[int]) -> set[int]:

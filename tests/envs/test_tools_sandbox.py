@@ -28,6 +28,7 @@ from agentgym.envs.tools.sandbox import (
 )
 from agentgym.envs.tools.sandbox import pool as pool_module
 from agentgym.envs.tools.sandbox import python as python_module
+from tests.processes import descendants, parent_pids
 
 WALL_SECONDS = 2.0
 KILL_BOUND = 15.0  # seconds; far above every limit, far below "never"
@@ -74,30 +75,17 @@ def launcher_processes() -> int:
     """Processes running the sandbox launcher (zygotes and their forks) below this test
     process or orphaned to init: another test process's sandboxes (a second xdist
     worker's) are not counted, one that escaped this process's tree is."""
-    parents: dict[int, int] = {}
-    launchers = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    parents = parent_pids()
+    ours = descendants(os.getpid(), parents)
+    count = 0
+    for pid, parent in parents.items():
+        if pid not in ours and parent != 1:
             continue
         try:
-            parents[int(entry.name)] = int(
-                (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
-            )
-            if str(pool_module.LAUNCHER).encode() in (entry / "cmdline").read_bytes():
-                launchers.add(int(entry.name))
-        except (OSError, IndexError, ValueError):
+            count += str(pool_module.LAUNCHER).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
             continue
-
-    def ours(pid: int) -> bool:
-        if parents.get(pid) == 1:  # an orphan
-            return True
-        while pid > 1:
-            if pid == os.getpid():
-                return True
-            pid = parents.get(pid, 0)
-        return False
-
-    return sum(ours(pid) for pid in launchers)
+    return count
 
 
 def test_a_normal_call_runs_isolated_in_an_empty_directory(
