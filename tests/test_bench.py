@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 from agentgym.bench import bench, candidates
 from agentgym.errors import ConfigError
 from agentgym.schema import TrainConfig, validate
+from tests.forkserver import run_python
 
 # two steps of the tiny model, a checkpoint and a validation at each; a short warm start
 # (a few seconds) makes it end some answers early, so each model's figures differ
@@ -50,9 +50,7 @@ RUN = [
 
 
 def python(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", *arguments], capture_output=True, text=True, cwd=cwd
-    )
+    result = run_python(["-m", *arguments], cwd=cwd)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
 

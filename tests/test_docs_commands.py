@@ -12,9 +12,7 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.forkserver import run_python
 from tests.servers import free_port, running_server
 
 ROOT = Path(__file__).parents[1]
@@ -123,10 +122,10 @@ def server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A short training run for the examples that evaluate one (RUN)."""
     root = tmp_path_factory.mktemp("docs-run")
-    words = [sys.executable, "-m", "agentgym.train", *(f"{k}={v}" for k, v in FAST.items())]
+    words = ["-m", "agentgym.train", *(f"{k}={v}" for k, v in FAST.items())]
     cache = root / "cache"
     words += [f"model.cache_dir={cache}", "generation=hf", f"output_dir={root / 'run'}"]
-    result = subprocess.run(words, capture_output=True, text=True, cwd=root)
+    result = run_python(words, cwd=root)
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "run"
 
@@ -178,6 +177,7 @@ class Played:
 def play(command: str, folder: Path, tiny_model_dir: Path, run_dir: Path) -> Played:
     """Run ``command`` (placeholders filled, shortened) in ``folder``."""
     words = localized(command, tiny_model_dir, run_dir, folder)
+    assert words[:2] == [sys.executable, "-m"], words  # run_python(words[1:]) below
     module = words[2]
     if module in ("agentgym.train", "agentgym.eval"):
         words = on_hf(words, command)
@@ -191,17 +191,25 @@ def play(command: str, folder: Path, tiny_model_dir: Path, run_dir: Path) -> Pla
         if "resume_from_checkpoint=true" in words:  # the run it continues comes first
             first = [w for w in words if w != "resume_from_checkpoint=true"]
             first = [w if not w.startswith("max_steps=") else "max_steps=1" for w in first]
-            done = subprocess.run(first, capture_output=True, text=True, cwd=folder)
+            done = run_python(first[1:], cwd=folder)
             if done.returncode != 0:
                 return Played(folder, first, done.stdout, done.stderr[-3000:])
-    result = subprocess.run(words, capture_output=True, text=True, cwd=folder, input=stdin)
+    result = run_python(words[1:], cwd=folder, input=stdin)
     failure = f"{' '.join(words)}\n{result.stderr[-3000:]}" if result.returncode else None
     return Played(folder, words, result.stdout, failure)
 
 
-ALONE = [c for c in COMMANDS if c != SERVER and "RUN" not in c and "generation=openai" not in c]
-"""The commands that need neither a training run nor the server: played ahead, two at
-a time."""
+ON_RAY = [c for c in COMMANDS if "distributed=ray" in c]
+"""The commands that start Ray: tests/test_docs_ray_commands.py runs them, in the
+suite's one worker for Ray tests (tests/conftest.py)."""
+
+ALONE = [
+    c
+    for c in COMMANDS
+    if c != SERVER and "RUN" not in c and "generation=openai" not in c and c not in ON_RAY
+]
+"""The commands that need neither a training run, the server nor Ray: played ahead,
+two at a time."""
 
 
 @pytest.fixture(scope="module")
@@ -212,27 +220,16 @@ def played(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> di
     folders = {command: root / str(i) for i, command in enumerate(ALONE)}
     for folder in folders.values():
         folder.mkdir()
-    one_ray = threading.Lock()  # two local Ray clusters starting at once may collide
 
     def one(command: str) -> Played:
-        if "distributed=ray" not in command:
-            return play(command, folders[command], tiny_model_dir, folders[command])
-        with one_ray:
-            return play(command, folders[command], tiny_model_dir, folders[command])
+        return play(command, folders[command], tiny_model_dir, folders[command])
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {command: pool.submit(one, command) for command in ALONE}
         return {command: future.result() for command, future in futures.items()}
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        pytest.param(c, marks=[pytest.mark.ray] if "distributed=ray" in c else [])
-        for c in COMMANDS
-        if c != SERVER
-    ],
-)
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c != SERVER and c not in ON_RAY])
 def test_docs_command(
     command: str, tmp_path: Path, tiny_model_dir: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -244,6 +241,11 @@ def test_docs_command(
         if "generation=openai" in command:
             written = command.replace("http://127.0.0.1:8000", request.getfixturevalue("server"))
         outcome = play(written, tmp_path, tiny_model_dir, run_dir)
+    assert_as_documented(outcome, command)
+
+
+def assert_as_documented(outcome: Played, command: str) -> None:
+    """The command exited 0 and did what its page says."""
     assert outcome.failure is None, outcome.failure
     module = outcome.words[2]
     if module == "agentgym.eval":

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 from agentgym.errors import ConfigError
 from agentgym.rollout.experience_buffer import ExperienceBuffer
 from agentgym.schema import validate
+from tests.forkserver import Process, start_python
 from tests.test_config import composed
 
 JOB = [
@@ -42,7 +41,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("model-cache")
 
 
-STARTED: list[subprocess.Popen[str]] = []
+STARTED: list[Process] = []
 
 
 @pytest.fixture(autouse=True)
@@ -56,21 +55,18 @@ def no_process_left() -> Iterator[None]:
             process.wait()
 
 
-def start(
-    root: Path, cache: Path, mode: str, *extra: str, name: str | None = None
-) -> subprocess.Popen[str]:
+def start(root: Path, cache: Path, mode: str, *extra: str, name: str | None = None) -> Process:
     folder = root / (name or mode)
     command = [
-        sys.executable, "-m", "agentgym.train", *JOB, f"mode={mode}",
+        "-m", "agentgym.train", *JOB, f"mode={mode}",
         f"model.cache_dir={cache}", f"checkpoint_root_dir={root / 'jobs'}",
         f"output_dir={folder}", *extra,
     ]  # fmt: skip
-    log = (root / f"{name or mode}.log").open("a")
-    STARTED.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True))
+    STARTED.append(start_python(command, cwd=Path.cwd(), output=root / f"{name or mode}.log"))
     return STARTED[-1]
 
 
-def finish(process: subprocess.Popen[str], log: Path, timeout: float = 300) -> None:
+def finish(process: Process, log: Path, timeout: float = 300) -> None:
     assert process.wait(timeout) == 0, log.read_text()[-4000:]
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.forkserver import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 ITEMS = {
@@ -32,10 +32,10 @@ ITEMS = {
 
 def test_dry_run_gives_every_item_its_figures(tmp_path: Path) -> None:
     out = tmp_path / "suite.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gpu", "--dry-run", "--json", str(out),
+    done = run_python(
+        ["-m", "benchmarks.gpu", "--dry-run", "--json", str(out),
          "--work-dir", str(tmp_path / "work"), "--kernels"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        cwd=ROOT, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -83,10 +83,9 @@ def test_dry_run_gives_every_item_its_figures(tmp_path: Path) -> None:
 
 
 def test_an_unknown_item_is_refused_with_the_valid_names() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gpu", "--dry-run", "--only", "torch_stepp"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    done = run_python(
+        ["-m", "benchmarks.gpu", "--dry-run", "--only", "torch_stepp"], cwd=ROOT, timeout=120
+    )
     assert done.returncode != 0
     assert "did you mean ['torch_step']" in done.stderr
 

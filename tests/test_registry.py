@@ -12,6 +12,7 @@ from gymnasium.utils.env_checker import check_env
 
 import agentgym
 from agentgym import registry
+from tests.forkserver import run_python
 from tests.plugins import WALK
 
 # the LineWalkEnv of tests/plugins.py, plus a class that is not an env
@@ -132,20 +133,16 @@ def test_misspelled_constructor_argument_lists_the_valid_ones() -> None:
 def test_hydra_env_group_accepts_a_plugin_name(plugin_dist: Path, tmp_path: Path) -> None:
     """``env=<plugin>`` works with no YAML file: the entry points give a default config."""
     import os
-    import subprocess
-    import sys
 
     environment = {**os.environ, "PYTHONPATH": str(plugin_dist.parent)}
-    result = subprocess.run(
-        [sys.executable, "-m", "agentgym.train", "env=line_walk", "--cfg", "job"],
-        capture_output=True, text=True, env=environment, cwd=tmp_path,
-    )  # fmt: skip
+    result = run_python(
+        ["-m", "agentgym.train", "env=line_walk", "--cfg", "job"], env=environment, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert "name: line_walk" in result.stdout
-    result = subprocess.run(
-        [sys.executable, "-m", "agentgym.train", "env=line_wlk", "--cfg", "job"],
-        capture_output=True, text=True, env=environment, cwd=tmp_path,
-    )  # fmt: skip
+    result = run_python(
+        ["-m", "agentgym.train", "env=line_wlk", "--cfg", "job"], env=environment, cwd=tmp_path
+    )
     assert result.returncode != 0
     assert "line_walk" in result.stderr  # Hydra lists the available options
 

@@ -12,7 +12,8 @@ def test_a_module_is_one_unit_and_every_ray_module_is_one_unit_together() -> Non
     assert work_unit(f"{here}::test_a_module_is_one_unit") == here
     assert work_unit("tests/cluster/test_ray_train.py::test_two_nodes[x::y]") == "ray"
     assert {work_unit(f"{module}::test") for module in RAY_MODULES} == {"ray"}
-    assert {"tests/cluster/test_ray_train.py", "tests/test_docs_commands.py"} <= RAY_MODULES
+    assert {"tests/cluster/test_ray_train.py", "tests/test_docs_ray_commands.py"} <= RAY_MODULES
+    assert "tests/test_docs_commands.py" not in RAY_MODULES  # its Ray commands moved out
 
 
 def test_a_ray_test_outside_the_ray_modules_is_refused(request: pytest.FixtureRequest) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from agentgym.errors import ConfigError
 from agentgym.formats.fit import Machine
 from agentgym.formats.trinity import from_trinity, load_trinity, trinity_arguments
 from agentgym.rollout.experience_buffer import ExperienceBuffer
+from tests.forkserver import run_python, start_python
 
 FILES = Path(__file__).parent / "data" / "trinity"
 CPU = Machine(cuda=False, megatron=True, flash_attn=False)
@@ -126,15 +126,16 @@ def test_the_three_files_run_as_a_decoupled_job(tmp_path: Path, tiny_model_dir: 
         "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "checkpoints"),
     }
     processes = {}
-    for name in ("trainer", "explorer", "explorer_new"):
+    # the second explorer on the HF engine: one vLLM start, not two (vLLM's weight reload
+    # stays covered by the first)
+    engines = {"trainer": [], "explorer": [], "explorer_new": ["generation=hf"]}
+    for name, engine in engines.items():
         command = [
-            sys.executable, "-m", "agentgym.train", "--config-path", str(FILES),
-            "--config-name", name, *SHRINK, f"output_dir={tmp_path / name}",
+            "-m", "agentgym.train", "--config-path", str(FILES), "--config-name", name,
+            *SHRINK, *engine, f"output_dir={tmp_path / name}",
         ]  # fmt: skip
-        log = (tmp_path / f"{name}.log").open("w")
-        processes[name] = subprocess.Popen(
-            command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True
-        )
+        log = tmp_path / f"{name}.log"
+        processes[name] = start_python(command, cwd=tmp_path, env=env, output=log)
     try:
         for name, process in processes.items():
             assert process.wait(300) == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
@@ -174,7 +175,7 @@ def test_opmd_from_a_trinity_file_trains_two_steps(tmp_path: Path, tiny_model_di
         sys.executable, "-m", "agentgym.train", "--config-path", str(FILES),
         "--config-name", "opmd", "generation=hf", f"output_dir={output}",
     ]  # fmt: skip
-    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    result = run_python(command[1:], cwd=tmp_path, env=env)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     rows = [json.loads(line) for line in (output / "logs" / "metrics.jsonl").open()]
     updates = [row for row in rows if "actor/grad_norm" in row]
@@ -310,7 +311,7 @@ def test_the_quick_start_file_trains_and_validates_on_its_eval_tasksets(
         "model.max_response_tokens=8", "model.max_model_len=512", "generation=hf",
         f"output_dir={output}",
     ]  # fmt: skip
-    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    result = run_python(command[1:], cwd=tmp_path, env=env)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     rows = [json.loads(line) for line in (output / "logs" / "metrics.jsonl").open()]
     validated = {row["step"]: row for row in rows if "val/gsm8k-eval/trajectories" in row}

@@ -17,6 +17,7 @@ import pytest
 from agentgym.builders import build_train
 from agentgym.schema import validate
 from agentgym.trainers.grpo import train
+from tests.forkserver import run_python
 from tests.processes import descendants
 from tests.test_config import composed
 from tests.trainers.test_train_e2e import SMALL, command, default_sigint
@@ -165,7 +166,7 @@ def test_async_generation_on_ray_keeps_the_staleness_bound(tmp_path: Path) -> No
         "async_generation_ratio=1",
     )
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own
-    result = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, env=env)
+    result = run_python(args[1:], cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     records = [
         json.loads(line) for line in (run / "logs" / "metrics.jsonl").read_text().splitlines()

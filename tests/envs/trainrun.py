@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from tests import forkserver
 
 # 2 groups × 2 envs, 2 turns of at most 6 tokens, one update a step, random weights.
 TWO_STEPS = [
@@ -32,16 +33,14 @@ TWO_STEPS = [
 def run_python(
     args: list[str], *, cwd: Path, pythonpath: Path | None = None, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    """``python <args>`` with ``pythonpath`` in front of ``PYTHONPATH``."""
+    """``python <args>`` with ``pythonpath`` in front of ``PYTHONPATH`` (a ``-m`` command
+    forked from the preloaded server: :mod:`tests.forkserver`)."""
     environment = dict(os.environ)
     if pythonpath is not None:
         environment["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(pythonpath), environment.get("PYTHONPATH")) if p
         )
-    return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=environment, input=stdin,
-        capture_output=True, text=True,
-    )  # fmt: skip
+    return forkserver.run_python(args, cwd=cwd, env=environment, input=stdin)
 
 
 def train_two_steps(

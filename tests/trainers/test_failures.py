@@ -4,11 +4,11 @@ non-zero exit and the first traceback; nothing trains on all-failed rollouts."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.forkserver import run_python
 from tests.servers import free_port
 from tests.trainers.test_train_e2e import command
 
@@ -61,7 +61,7 @@ def test_a_plugin_env_that_always_fails_stops_the_run_with_its_traceback(
     env = install_plugin(tmp_path)
     arguments = command(tmp_path / "run", cache, "generation=hf")
     arguments[arguments.index("env=sokoban")] = "env=crashing_env"
-    result = subprocess.run(arguments, capture_output=True, text=True, cwd=tmp_path, env=env)
+    result = run_python(arguments[1:], cwd=tmp_path, env=env)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "config error: env 'crashing_env'" in result.stderr
     assert not (tmp_path / "run" / "meta.json").exists()  # written once the parts are built
@@ -72,10 +72,8 @@ def test_a_plugin_env_that_always_fails_stops_the_run_with_its_traceback(
 
 def test_a_dead_openai_server_stops_the_run(tmp_path: Path, cache: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    result = subprocess.run(
-        command(tmp_path / "run", cache, "generation=openai", f"generation.base_url={url}"),
-        capture_output=True, text=True, cwd=tmp_path,
-    )  # fmt: skip
+    arguments = command(tmp_path / "run", cache, "generation=openai", f"generation.base_url={url}")
+    result = run_python(arguments[1:], cwd=tmp_path)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "generation_error" in result.stderr
     assert f"POST {url}/v1/completions failed" in result.stderr

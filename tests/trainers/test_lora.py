@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,6 +30,7 @@ from agentgym.trainers.strategies.lora import (
 from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
 from agentgym.trainers.updates import update_policy
+from tests.forkserver import run_python
 from tests.test_config import composed
 from tests.test_roll_examples import A, translate
 from tests.trainers.test_hf_folder import tied_dir  # noqa: F401
@@ -288,10 +287,10 @@ def test_a_lora_run_checkpoints_its_adapter_and_its_export_evaluates_as_it_valid
     adapter = load_file(checkpoint / ADAPTER_DIR / "adapter_model.safetensors")
     assert sum(t.numel() for t in adapter.values()) == TRAINABLE
     assert metrics(output)[4]["actor/grad_norm"] > 0
-    result = subprocess.run(
-        [sys.executable, "-m", "agentgym.eval", f"model.path={output}", "generation=hf",
+    result = run_python(
+        ["-m", "agentgym.eval", f"model.path={output}", "generation=hf",
          f"hydra.run.dir={tmp_path / 'eval'}"],
-        capture_output=True, text=True, cwd=tmp_path,
+        cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "checkpoint-4/model" in result.stdout

@@ -16,6 +16,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.forkserver import run_python
+
 # A few fast steps with the tiny model: 2 groups × 4 envs, 2 turns, short answers.
 # identity normalization without dropping groups gives every step a nonzero
 # gradient even when all scores are equal, so the weights really move.
@@ -52,9 +54,7 @@ def command(output: Path, cache: Path, *overrides: str) -> list[str]:
 
 
 def train(output: Path, cache: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        command(output, cache, *overrides), capture_output=True, text=True, cwd=output.parent
-    )
+    result = run_python(command(output, cache, *overrides)[1:], cwd=output.parent)
     assert result.returncode == 0, result.stderr[-4000:]
     return result
 
@@ -347,10 +347,10 @@ def test_a_trained_checkpoint_evaluates_as_it_validated(tmp_path: Path, cache: P
     overrides = ("generation=hf", "val_batch_size=6", "val_env_manager.env_groups=6")
     train(output, cache, *overrides, "rollout_mode=step", "step_advantage_weight=1.0")
     last = validation(output)[4]
-    result = subprocess.run(
-        [sys.executable, "-m", "agentgym.eval", f"model.path={output}", "generation=hf",
+    result = run_python(
+        ["-m", "agentgym.eval", f"model.path={output}", "generation=hf",
          f"hydra.run.dir={tmp_path / 'eval'}"],
-        capture_output=True, text=True, cwd=tmp_path,
+        cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "playing as the training run validated: env sokoban, step mode" in result.stdout

@@ -5,13 +5,12 @@ each rank writing its shard of the checkpoint beside a Hugging Face folder, whic
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agentgym.trainers.strategies.hf_folder import read_weights
+from tests.forkserver import run_python
 from tests.trainers.test_train_e2e import train, validation
 
 pytestmark = pytest.mark.ray
@@ -57,10 +56,10 @@ def test_two_ray_ranks_train_two_steps_save_their_shards_and_evaluate_as_they_va
     # same transcripts (of which some differ from step 0's: the check sees the update)
     validated = validation(output)
     assert sorted(validated) == [0, 2]
-    result = subprocess.run(
-        [sys.executable, "-m", "agentgym.eval", f"model.path={checkpoint / 'model'}",
+    result = run_python(
+        ["-m", "agentgym.eval", f"model.path={checkpoint / 'model'}",
          "generation=hf", "renders=6", f"hydra.run.dir={tmp_path / 'eval'}"],
-        capture_output=True, text=True, cwd=tmp_path,
+        cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "playing as the training run validated" in result.stdout
