@@ -23,6 +23,7 @@ state = {
     "stdin": sys.stdin.read(), "flag": os.environ.get("PROBE_FLAG"),
     "agentgym_loaded": sorted(m for m in sys.modules if m.split(".")[0] == "agentgym"),
     "torch_loaded": "torch" in sys.modules, "main": __name__,
+    "late_loaded": sorted(m for m in ("vllm", "ray") if m in sys.modules),
 }
 print(json.dumps(state))
 print("to stderr", file=sys.stderr)
@@ -58,6 +59,7 @@ def test_a_command_sees_its_folder_arguments_input_and_environment(probe: Path) 
     assert state["stdin"] == "typed" and state["flag"] == "on" and state["main"] == "__main__"
     assert state["torch_loaded"]  # preloaded: the point of the server
     assert state["agentgym_loaded"] == []  # agentgym's own modules start fresh
+    assert state["late_loaded"] == []  # agentgym sets their import-time variables first
     assert state["pid"] != server().process.pid
     assert result.stderr == "to stderr\n"
     assert (probe / "thread-done").exists() and (probe / "atexit-done").exists()
@@ -95,6 +97,18 @@ def test_an_import_time_variable_gets_a_fresh_interpreter(probe: Path) -> None:
     result = run_python(["-m", "probe_module"], cwd=probe, env=env)
     assert result.returncode == 0, result.stderr
     assert not json.loads(result.stdout)["torch_loaded"]  # nothing was preloaded
+
+
+def test_what_library_code_sets_at_run_time_keeps_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # in-process tests leave these in the test process's environment (vLLM's in-process
+    # engine, ray.init, the Ray cluster's loopback binding, torch's NCCL group)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    monkeypatch.setenv("TORCH_NCCL_BLOCKING_WAIT", "1")
+    assert server().compatible(os.environ)
 
 
 def test_a_timeout_kills_the_command(probe: Path) -> None:
