@@ -48,15 +48,21 @@ each command), nor vLLM's or Ray's: agentgym sets variables those two read at im
 (``VLLM_LOGGING_CONFIG_PATH``, Ray's loopback binding) just before importing them."""
 
 IMPORT_TIME = ("TORCH", "PYTORCH_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "CUDA_", "HF_",
-               "HUGGINGFACE", "TRANSFORMERS_", "TOKENIZERS_", "HYDRA_", "PYTHON", "LD_",
-               "TMP", "TEMP", "HOME", "XDG_")  # fmt: skip
+               "HUGGINGFACE", "TRANSFORMERS_", "TOKENIZERS_", "HYDRA_", "PYTHON", "TMP",
+               "TEMP", "HOME", "XDG_")  # fmt: skip
 """Prefixes of the variables that the preloaded libraries or the interpreter read at
 import (or cache on first use). A command whose value for any of them differs from the
 server's runs in a fresh interpreter."""
 
-AT_RUN_TIME = ("PYTHONPATH", "TORCH_NCCL_")
-"""Exceptions among those: ``PYTHONPATH`` (the child puts its entries on ``sys.path``
-as a fresh interpreter would) and the NCCL settings torch reads as a group is made."""
+AT_RUN_TIME = ("PYTHONPATH", "PYTHONBREAKPOINT", "TORCH_NCCL_", "TORCHINDUCTOR_",
+               "PYTORCH_NVML_BASED_CUDA_CHECK")  # fmt: skip
+"""Exceptions among those, read only when used: ``PYTHONPATH`` (the child puts its
+entries on ``sys.path`` as a fresh interpreter would), the breakpoint hook, NCCL's
+settings (read as a group is made), inductor's (read as a graph compiles) and the
+CUDA check. vLLM's CPU engine, started inside a test, sets the last three and
+``LD_PRELOAD`` in the test process's environment for its own workers; the loader's
+variables are not compared, for the same reason: the command gets them in its
+environment, and the processes it starts load with them."""
 
 BASE_ENV = dict(os.environ)
 """The test process's environment as collection found it, before any test (or the

@@ -108,6 +108,8 @@ def test_what_library_code_sets_at_run_time_keeps_the_server(
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
     monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     monkeypatch.setenv("TORCH_NCCL_BLOCKING_WAIT", "1")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/inductor")  # vLLM's CPU engine
+    monkeypatch.setenv("LD_PRELOAD", "libtcmalloc_minimal.so.4")  # its workers' allocator
     assert server().compatible(os.environ)
 
 
