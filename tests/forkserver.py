@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,11 +56,12 @@ import (or cache on first use). A command whose value for any of them differs fr
 server's runs in a fresh interpreter."""
 
 AT_RUN_TIME = ("PYTHONPATH", "PYTHONBREAKPOINT", "TORCH_NCCL_", "TORCHINDUCTOR_",
-               "PYTORCH_NVML_BASED_CUDA_CHECK")  # fmt: skip
+               "PYTORCH_NVML_BASED_CUDA_CHECK", "PYTORCH_CUDA_ALLOC_CONF")  # fmt: skip
 """Exceptions among those, read only when used: ``PYTHONPATH`` (the child puts its
 entries on ``sys.path`` as a fresh interpreter would), the breakpoint hook, NCCL's
-settings (read as a group is made), inductor's (read as a graph compiles) and the
-CUDA check. vLLM's CPU engine, started inside a test, sets the last three and
+settings (read as a group is made), inductor's (read as a graph compiles), the CUDA
+check and the CUDA allocator's settings (read as it starts; ``benchmarks.gpu`` sets
+them on import). vLLM's CPU engine, started inside a test, sets the last three and
 ``LD_PRELOAD`` in the test process's environment for its own workers; the loader's
 variables are not compared, for the same reason: the command gets them in its
 environment, and the processes it starts load with them."""
@@ -135,12 +137,12 @@ def become(request: dict[str, Any]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    os.dup2(os.open(request["stdin"], os.O_RDONLY), 0)
-    os.dup2(os.open(request["stdout"], os.O_WRONLY | os.O_APPEND), 1)
+    point(0, request["stdin"], os.O_RDONLY)
+    point(1, request["stdout"], os.O_WRONLY | os.O_APPEND)
     if request["stderr"] == request["stdout"]:
         os.dup2(1, 2)
     else:
-        os.dup2(os.open(request["stderr"], os.O_WRONLY | os.O_APPEND), 2)
+        point(2, request["stderr"], os.O_WRONLY | os.O_APPEND)
     served = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     base = [p for p in sys.path[1:] if p not in request["server_pythonpath"]]
     sys.path[:] = [os.getcwd(), *served, *base]
@@ -160,6 +162,13 @@ def become(request: dict[str, Any]) -> None:
         sys.excepthook(*sys.exc_info())
         code = 1
     finish(code)
+
+
+def point(fd: int, path: str, flags: int) -> None:
+    """Make ``fd`` (a standard stream) the file at ``path``."""
+    opened = os.open(path, flags)
+    os.dup2(opened, fd)
+    os.close(opened)
 
 
 def exit_code(code: object) -> int:
@@ -280,6 +289,7 @@ class ForkServer:
             self.process.stdin.close()
         self.process.wait(timeout=30)
         self.log.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 STREAMS = ("stdin", "stdout", "stderr")

@@ -110,6 +110,7 @@ def test_what_library_code_sets_at_run_time_keeps_the_server(
     monkeypatch.setenv("TORCH_NCCL_BLOCKING_WAIT", "1")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/inductor")  # vLLM's CPU engine
     monkeypatch.setenv("LD_PRELOAD", "libtcmalloc_minimal.so.4")  # its workers' allocator
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # benchmarks.gpu
     assert server().compatible(os.environ)
 
 
