@@ -134,6 +134,7 @@ def become(request: dict[str, Any]) -> None:
     import runpy
     import types
 
+    ours = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # the server's
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -144,7 +145,7 @@ def become(request: dict[str, Any]) -> None:
     else:
         point(2, request["stderr"], os.O_WRONLY | os.O_APPEND)
     served = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    base = [p for p in sys.path[1:] if p not in request["server_pythonpath"]]
+    base = [p for p in sys.path[1:] if p not in ours]
     sys.path[:] = [os.getcwd(), *served, *base]
     for name in [n for n in sys.modules if n == "tests" or n.startswith("tests.")]:
         del sys.modules[name]
@@ -257,12 +258,11 @@ class ForkServer:
                streams: tuple[Path, Path, Path]) -> int:  # fmt: skip
         """Fork ``python -m <argv>`` with stdin, stdout and stderr from ``streams``
         (existing files; output is appended); returns the request's id."""
-        server_pythonpath = [p for p in self.env.get("PYTHONPATH", "").split(os.pathsep) if p]
         with self.lock:
             ident, self.next_id = self.next_id, self.next_id + 1
             paths = {name: str(path) for name, path in zip(STREAMS, streams, strict=True)}
             request = {"id": ident, "argv": list(argv), "cwd": str(cwd), "env": dict(env),
-                       "server_pythonpath": server_pythonpath, **paths}  # fmt: skip
+                       **paths}  # fmt: skip
             assert self.process.stdin is not None
             self.process.stdin.write((json.dumps(request) + "\n").encode())
             self.process.stdin.flush()
@@ -308,15 +308,15 @@ class Forked:
         return self.server.pid(self.ident)
 
     def poll(self) -> int | None:
-        return self.wait(0) if self.returncode is None else self.returncode
+        if self.returncode is None:
+            self.returncode = self.server.wait(self.ident, 0)
+        return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
             self.returncode = self.server.wait(self.ident, timeout)
-            if self.returncode is None:
-                if timeout == 0:
-                    return None  # type: ignore[return-value]  # poll's answer
-                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
         return self.returncode
 
     def send_signal(self, signal: int) -> None:
@@ -354,7 +354,7 @@ def start_python(
     ``-m`` commands, a fresh interpreter otherwise (see the module's docstring)."""
     env = dict(os.environ if env is None else env)
     output.touch()
-    if args[:1] == ["-m"] and (forks := server()).compatible(env):
+    if args and args[0] == "-m" and (forks := server()).compatible(env):
         ident = forks.submit(args[1:], Path(cwd), env, (Path(os.devnull), output, output))
         return Forked(forks, ident, args[1:])
     with output.open("a") as log:
@@ -370,7 +370,7 @@ def run_python(
     captured as text, as :func:`subprocess.run` gives it: forked from the preloaded
     server for ``-m`` commands, a fresh interpreter otherwise."""
     env = dict(os.environ if env is None else env)
-    if args[:1] != ["-m"] or not (forks := server()).compatible(env):
+    if not args or args[0] != "-m" or not (forks := server()).compatible(env):
         return subprocess.run([sys.executable, *args], cwd=cwd, env=env, input=input,
                               capture_output=True, text=True, timeout=timeout)  # fmt: skip
     with tempfile.TemporaryDirectory(dir=forks.folder) as scratch:

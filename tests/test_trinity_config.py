@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -172,10 +171,10 @@ def test_opmd_from_a_trinity_file_trains_two_steps(tmp_path: Path, tiny_model_di
     }
     output = tmp_path / "run"
     command = [
-        sys.executable, "-m", "agentgym.train", "--config-path", str(FILES),
+        "-m", "agentgym.train", "--config-path", str(FILES),
         "--config-name", "opmd", "generation=hf", f"output_dir={output}",
     ]  # fmt: skip
-    result = run_python(command[1:], cwd=tmp_path, env=env)
+    result = run_python(command, cwd=tmp_path, env=env)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     rows = [json.loads(line) for line in (output / "logs" / "metrics.jsonl").open()]
     updates = [row for row in rows if "actor/grad_norm" in row]
@@ -305,13 +304,13 @@ def test_the_quick_start_file_trains_and_validates_on_its_eval_tasksets(
     }
     output = tmp_path / "run"
     command = [
-        sys.executable, "-m", "agentgym.train", "--config-path", str(FILES),
+        "-m", "agentgym.train", "--config-path", str(FILES),
         "--config-name", "gsm8k", f"model.model_path={tiny_model_dir}", *SHRINK,
         "buffer.total_epochs=1", "explorer.eval_interval=1", "explorer.eval_on_startup=false",
         "model.max_response_tokens=8", "model.max_model_len=512", "generation=hf",
         f"output_dir={output}",
     ]  # fmt: skip
-    result = run_python(command[1:], cwd=tmp_path, env=env)
+    result = run_python(command, cwd=tmp_path, env=env)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     rows = [json.loads(line) for line in (output / "logs" / "metrics.jsonl").open()]
     validated = {row["step"]: row for row in rows if "val/gsm8k-eval/trajectories" in row}
