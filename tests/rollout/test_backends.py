@@ -162,7 +162,7 @@ def test_vllm_sockets_folder_set_before_is_kept_unless_ours_and_gone(
 ) -> None:
     from agentgym.rollout.backends import vllm as vllm_module
 
-    made: list[str] = []
+    made: list[tuple[Any, ...]] = []  # atexit registrations
     monkeypatch.setattr(vllm_module.atexit, "register", lambda *args: made.append(args))
     monkeypatch.setattr(vllm_module.tempfile, "tempdir", str(tmp_path))
     users = tmp_path / "mine"
