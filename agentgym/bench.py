@@ -139,7 +139,7 @@ def candidates(
     Raises:
         ConfigError: When ``output_dir`` holds no complete checkpoint.
     """
-    from agentgym.builders import model_path
+    from agentgym.build.model import model_path
     from agentgym.eval import resolve_model
     from agentgym.schema import validate
 

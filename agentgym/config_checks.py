@@ -27,11 +27,17 @@ from agentgym.choices import (
     check_reward_options,
     parse_lora_target,
 )
-from agentgym.cluster import plan_placement
 from agentgym.config_sections import DataArgs, Role
+from agentgym.derived import (
+    data_parallel_size,
+    device_mappings,
+    device_type,
+    dual_clip_c,
+    placement_plan,
+    sync_schedule,
+)
 from agentgym.errors import ConfigError, check_choice
 from agentgym.rollout.backends import BACKENDS, check_backend
-from agentgym.rollout.sync_schedule import SyncSchedule
 
 if TYPE_CHECKING:
     from agentgym.schema import TrainConfig
@@ -221,13 +227,6 @@ def check_scheduling(config: TrainConfig) -> None:
         )
 
 
-def sync_schedule(config: TrainConfig) -> SyncSchedule:
-    """The decoupled job's sync schedule (``synchronizer.sync_interval``, ``sync_offset``,
-    ``sync_style``)."""
-    sync = config.synchronizer
-    return SyncSchedule(sync.sync_interval, sync.sync_offset, sync.sync_style)
-
-
 def check_decoupled(config: TrainConfig) -> None:
     """``mode``, ``buffer`` and ``synchronizer``: built names, or what to use instead."""
     for key, value, built, unbuilt in (
@@ -247,7 +246,7 @@ def check_decoupled(config: TrainConfig) -> None:
     if config.synchronizer.sync_method == "nccl":
         import torch
 
-        from agentgym.rollout.collective_weights import collective_backend
+        from agentgym.job.collective_weights import collective_backend
 
         try:
             backend = collective_backend()
@@ -359,14 +358,6 @@ def check_lora(config: TrainConfig) -> None:
             "strategy_args.strategy_name: torch (one process per device, data parallel over "
             "Ray ranks), or drop model_args.lora_target to fine-tune every weight"
         )
-
-
-def dual_clip_c(config: TrainConfig) -> float | None:
-    """The dual-clip bound ``c``: ``dual_clip_ratio_c`` (verl's ``clip_ratio_c``), or with
-    ROLL's ``dual_clip_loss`` ROLL's ``1 + 2 × pg_clip`` (1.4 at the default clip of 0.2)."""
-    if config.dual_clip_loss:
-        return 1.0 + 2.0 * config.clip_ratio_low
-    return config.dual_clip_ratio_c
 
 
 def check_algorithm(config: TrainConfig) -> None:
@@ -494,64 +485,6 @@ def check_pg_variant(config: TrainConfig) -> None:
         )
 
 
-def device_mappings(config: TrainConfig) -> dict[str, list[int]]:
-    """Each device role's ``device_mapping``, with the defaults filled in: one device
-    (rank 0) for ``actor_train`` and for ``actor_infer`` (colocated), the
-    reference inside the ``actor_train`` ranks (the torch strategy holds it), and
-    GAE's critic on ``actor_train``'s devices unless ``critic.device_mapping`` says."""
-    train = config.actor_train.device_mapping or [0]
-    infer = config.actor_infer.device_mapping or range(config.actor_infer.num_gpus_per_worker)
-    mappings = {"actor_train": list(train), "actor_infer": list(infer)}
-    if config.adv_estimator == "gae":
-        mappings["critic"] = list(config.critic.device_mapping or train)
-    return mappings
-
-
-MODEL_PARALLEL_KEYS = (
-    "tensor_model_parallel_size",
-    "pipeline_model_parallel_size",
-    "context_parallel_size",
-)
-"""``strategy_config`` keys whose product is a model replica's ranks (ROLL's TP × PP × CP)."""
-
-
-def data_parallel_size(config: TrainConfig, role: str = "actor_train") -> int:
-    """Data-parallel replicas of ``role``: its ranks (one per device of its
-    ``device_mapping`` on Ray, one in process) over TP × PP × CP.
-
-    Raises:
-        ConfigError: When the ranks do not split into whole replicas.
-    """
-    mapping = device_mappings(config).get(role)
-    if config.distributed == "local" or mapping is None:  # one process, or no such role
-        return 1
-    section: Role = getattr(config, role)
-    world = len(mapping)
-    parallel = 1
-    for key in MODEL_PARALLEL_KEYS:
-        parallel *= int(section.strategy_args.strategy_config.get(key) or 1)
-    if world % parallel:
-        raise ConfigError(
-            f"{role} has {world} ranks (device_mapping), which TP × PP × CP = {parallel} "
-            "does not divide into whole model replicas; change the mapping or the parallel sizes"
-        )
-    return world // parallel
-
-
-def device_type(device: str) -> str:
-    """``cuda`` or ``cpu``: the type of the torch device ``model.device`` names.
-
-    Raises:
-        ConfigError: Naming a value torch does not read as a device.
-    """
-    import torch
-
-    try:
-        return torch.device(device).type
-    except RuntimeError as error:
-        raise ConfigError(f"model.device={device!r} is not a torch device: {error}") from None
-
-
 def check_placement(config: TrainConfig) -> None:
     reference = config.reference.device_mapping
     mappings = device_mappings(config)
@@ -561,12 +494,7 @@ def check_placement(config: TrainConfig) -> None:
             f"actor_train ranks (device_mapping={mappings['actor_train']}); leave it null "
             "or give the same list"
         )
-    plan = plan_placement(
-        mappings,
-        num_nodes=config.num_nodes,
-        num_gpus_per_node=config.num_gpus_per_node,
-        devices_per_worker={"actor_infer": config.actor_infer.num_gpus_per_worker},
-    )
+    plan = placement_plan(config)
     if config.distributed == "local":
         sizes = {role: plan.world_size(role) for role in ("actor_train", "actor_infer")}
         if config.num_nodes != 1 or any(size != 1 for size in sizes.values()):

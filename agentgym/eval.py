@@ -34,14 +34,17 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from agentgym.builders import backend_name, env_manager, generation_backend, rollout_config
+from agentgym.build.engines import generation_backend
+from agentgym.build.rollouts import val_rollout
+from agentgym.derived import backend_name
 from agentgym.envs.adapter import make_text_env
 from agentgym.envs.scripted import AGENTS
 from agentgym.envs.text_env import TextEnv
 from agentgym.errors import ConfigError, check_choice
 from agentgym.rollout.backends import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
-from agentgym.rollout.loop import RolloutResult, collect
+from agentgym.rollout.evaluation import evaluate
+from agentgym.rollout.loop import RolloutResult
 from agentgym.rollout.metrics import failure_report
 from agentgym.rollout.render import dump_trajectories, render_trajectories
 from agentgym.schema import TrainConfig, validate
@@ -205,22 +208,17 @@ def build_policy(
     return backend, tokenizer, f"model {model} on {backend_name(config)}"
 
 
-async def evaluate(
+async def play_episodes(
     config: TrainConfig, backend: GenerationBackend, tokenizer: Any
 ) -> RolloutResult:
-    """Run the validation episodes (group size 1, fixed seeds) as a run validates."""
-    manager = env_manager(
-        config.val_env_manager,
-        config,
-        fixed_seeds=True,
-        render_mode="rgb_array" if config.render_save_dir else None,
-    )
+    """Play the validation episodes (group size 1, fixed seeds) as a run validates them
+    (:func:`~agentgym.rollout.evaluation.evaluate`); the envs and the backend are closed
+    after."""
+    val = val_rollout(config, backend, ChatTokenizer(tokenizer))
     try:
-        return await collect(
-            manager, backend, ChatTokenizer(tokenizer), rollout_config(config, validation=True)
-        )
+        return (await evaluate(val)).result
     finally:
-        manager.close()
+        val.manager.close()
         await backend.close()
 
 
@@ -282,7 +280,7 @@ def play(
             f"{config.val_batch_size} episodes, seed {config.seed}"
         )
     backend, tokenizer, policy = build_policy(cfg, config, model)
-    result = asyncio.run(evaluate(config, backend, tokenizer))
+    result = asyncio.run(play_episodes(config, backend, tokenizer))
     return Played(config, policy, tokenizer, result)
 
 

@@ -151,11 +151,10 @@ def run(cfg: DictConfig) -> None:
     Ctrl-C or SIGTERM, in any phase, ends it with one line on stderr (where it
     stopped, how to go on: :mod:`agentgym.stopping`) and exit code 130 or 143.
     """
-    from agentgym.builders import apply_system_envs, build_train
+    from agentgym.build.model import apply_system_envs
+    from agentgym.build.train import build_train
     from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
-    from agentgym.job import weight_channel
     from agentgym.plot import plot_validation, read_metrics
-    from agentgym.rollout.published_weights import WeightPublisher
     from agentgym.trainers.grpo import train
     from agentgym.trainers.tracking import CONSOLE_LOG_FILE, METRICS_FILE
 
@@ -190,12 +189,6 @@ def run(cfg: DictConfig) -> None:
                 resume_step=int(state["step"]) if state else None,
             )
             train(grpo, parts, resume=config.resume_from_checkpoint)
-            if config.mode == "train":  # the explorers may end after the last version
-                publisher = parts.backend
-                if isinstance(publisher, WeightPublisher):  # its channel holds the newest
-                    publisher.finish(config.max_steps)
-                else:
-                    weight_channel(config).finish(config.max_steps)
     except KeyboardInterrupt as interrupt:  # TrainingInterruptedError, or before train()
         sys.exit(stopping.report(interrupt))
     log = output_dir / CONSOLE_LOG_FILE
@@ -221,8 +214,9 @@ def run(cfg: DictConfig) -> None:
 
 def run_explorer(config: TrainConfig, resolved: dict[str, Any], started: float) -> None:
     """``mode: explore``: build the envs and engines, explore until the trainer finishes."""
+    from agentgym.build.explore import build_explorer
     from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
-    from agentgym.explore import build_explorer, explore
+    from agentgym.job.explore import explore
     from agentgym.trainers.tracking import CONSOLE_LOG_FILE, METRICS_FILE
 
     output_dir = Path(config.output_dir)

@@ -47,6 +47,14 @@ they put every PPO ratio outside the clip range and the trainer got zero gradien
 RESULTS: dict[float, dict[str, float]] = {}
 
 
+def use_backend(parts: Any, backend: Any) -> None:
+    """Generate with ``backend`` in the parts' train and validation episodes (their
+    rollout source plays ``parts.train``, so it sees the swap)."""
+    for rollout in (parts.train, parts.val):
+        if rollout is not None:
+            rollout.backend = backend
+
+
 class LongTailBackend:
     """Answers ``<answer>Up</answer>`` after ``base × factor`` seconds; ``factor`` is
     log-normal, drawn per episode (its first request)."""
@@ -74,7 +82,7 @@ class LongTailBackend:
 
 
 def run(ratio: float, output: Path, cache: Path) -> dict[str, float]:
-    from agentgym.builders import build_train
+    from agentgym.build.train import build_train
     from agentgym.schema import validate
     from agentgym.trainers.grpo import train
 
@@ -85,9 +93,10 @@ def run(ratio: float, output: Path, cache: Path) -> dict[str, float]:
             resolve=True,
         )
     config, parts = build_train(validate(raw), raw)
-    tokenizer = parts.chat.tokenizer
+    assert parts.train is not None
+    tokenizer = parts.train.chat.tokenizer
     response = [*tokenizer.encode("<answer>Up</answer>"), tokenizer.eos_token_id]
-    parts.backend = LongTailBackend(response, BASE_SECONDS, SIGMA, seed=0)
+    use_backend(parts, LongTailBackend(response, BASE_SECONDS, SIGMA, seed=0))
     train(config, parts)
     rows = [
         json.loads(line) for line in (output / "logs" / "metrics.jsonl").read_text().splitlines()

@@ -40,7 +40,14 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
-from test_async_benchmark import BASE_SECONDS, SIGMA, SMALL, STEPS, LongTailBackend
+from test_async_benchmark import (
+    BASE_SECONDS,
+    SIGMA,
+    SMALL,
+    STEPS,
+    LongTailBackend,
+    use_backend,
+)
 
 from agentgym.schema import TrainConfig
 
@@ -85,7 +92,7 @@ def means(logs: Path, keys: tuple[str, ...], key: str = "time/step") -> dict[str
 
 def run_both(ratio: int, output: Path, cache: Path) -> dict[str, float]:
     """``mode: both`` in this process at ``async_generation_ratio=ratio``."""
-    from agentgym.builders import build_train
+    from agentgym.build.train import build_train
     from agentgym.trainers.grpo import train
 
     config, raw = checked(
@@ -93,7 +100,8 @@ def run_both(ratio: int, output: Path, cache: Path) -> dict[str, float]:
          f"async_generation_ratio={ratio}"]
     )  # fmt: skip
     grpo, parts = build_train(config, raw)
-    parts.backend = long_tail(parts.chat.tokenizer)
+    assert parts.train is not None
+    use_backend(parts, long_tail(parts.train.chat.tokenizer))
     train(grpo, parts)
     return means(output / "logs", KEYS)
 
@@ -103,19 +111,19 @@ def explore_long_tail(overrides: list[str]) -> None:
     simulated backend."""
     import torch
 
-    from agentgym.explore import build_explorer, explore
+    from agentgym.build.explore import build_explorer
+    from agentgym.job.explore import explore
 
     torch.set_num_threads(TORCH_THREADS)
     config, raw = checked(overrides)
     parts = build_explorer(config, raw)
-    parts.backend = long_tail(parts.chat.tokenizer)
+    use_backend(parts, long_tail(parts.train.chat.tokenizer))
     explore(parts)
 
 
 def run_decoupled(root: Path, cache: Path) -> dict[str, float]:
     """The explorer in a spawned process, the trainer (``mode: train``) in this one."""
-    from agentgym.builders import build_train
-    from agentgym.job import weight_channel
+    from agentgym.build.train import build_train
     from agentgym.trainers.grpo import train
 
     job = [*SMALL, *DECOUPLED, f"model.cache_dir={cache}", f"checkpoint_root_dir={root / 'jobs'}"]
@@ -128,8 +136,7 @@ def run_decoupled(root: Path, cache: Path) -> dict[str, float]:
     try:
         config, raw = checked([*job, "mode=train", f"output_dir={root / 'trainer'}"])
         grpo, parts = build_train(config, raw)
-        train(grpo, parts)
-        weight_channel(config).finish(config.max_steps)  # as agentgym.train does: it ends
+        train(grpo, parts)  # its source's close marks the last version: the explorer ends
         explorer.join(EXPLORER_SECONDS)
         assert explorer.exitcode == 0, f"the explorer ended with {explorer.exitcode}"
     finally:

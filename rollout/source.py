@@ -10,8 +10,11 @@ closes. The recipe does not know which source it has:
 * :class:`AheadSource` plays batches ahead of training within the staleness
   bound (``async_generation_ratio: k > 0``, :mod:`agentgym.rollout.async_rollout`).
 
-A new source (an experience buffer fed by separate explorer processes, say)
-implements the members of :class:`RolloutSource`; see CONTRIBUTING.md.
+* :class:`~agentgym.job.buffer_source.BufferSource` takes each step's batch from a
+  decoupled job's experience buffer (``mode: train``).
+
+The build floor picks the source (:func:`agentgym.build.rollouts.rollout_source`); a
+new source implements the members of :class:`RolloutSource`; see CONTRIBUTING.md.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -38,6 +41,9 @@ from agentgym.rollout.router import sync_breakdown
 from agentgym.trajectory import Trajectory
 
 _T = TypeVar("_T")
+
+WeightExport = Callable[[], Iterable[tuple[str, Any]]]
+"""The trainer's weights, exported when called: ``(Hugging Face name, tensor)`` pairs."""
 
 
 @dataclass
@@ -68,17 +74,24 @@ class RolloutSource(Protocol):
         training, at most the staleness bound older)."""
         ...
 
-    async def update_weights(
-        self, update: Callable[[], Awaitable[None]], *, timeout: float
-    ) -> dict[str, float]:
-        """Run ``update`` (the new weights to the engines), bounded by ``timeout``, with
-        the training episodes' generation paused around it.
+    async def update_weights(self, weights: WeightExport, *, timeout: float) -> dict[str, float]:
+        """Send the trainer's new ``weights`` where this source's episodes are generated,
+        bounded by ``timeout``, with the training episodes' generation paused around it.
 
         Returns:
             ``time/weight_sync*`` metrics (and the version the engines now hold).
 
         Raises:
-            WeightSyncTimeoutError: When ``update`` takes longer than ``timeout``.
+            WeightSyncTimeoutError: When the transfer takes longer than ``timeout``.
+        """
+        ...
+
+    async def send_weights(self, weights: WeightExport, *, timeout: float) -> float:
+        """Before :meth:`start` on a resume: the checkpoint's ``weights`` to the engines
+        (the version the checkpoint's step names); the seconds it took.
+
+        Raises:
+            WeightSyncTimeoutError: When the transfer takes longer than ``timeout``.
         """
         ...
 
@@ -102,6 +115,10 @@ class RolloutSource(Protocol):
         empty when the source keeps its own (the experience buffer)."""
         ...
 
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Before :meth:`start` on a resume: the :meth:`state_dict` a checkpoint stored."""
+        ...
+
     def checkpointed(self, step: int) -> None:
         """The checkpoint of step ``step`` is on disk (what it trained is settled)."""
         ...
@@ -112,11 +129,13 @@ class RolloutSource(Protocol):
 
 
 @dataclass
-class EnvRollout:
-    """What a source plays episodes with.
+class Rollout:
+    """What episodes are played with: envs, the policy's engines and chat template, and
+    the rollout settings. A mode's parts carry one for training (inside its source) and
+    one for validation.
 
     Attributes:
-        manager: The train envs.
+        manager: The envs (``env_groups`` × ``group_size``).
         backend: The generation backend.
         chat: The policy's chat template.
         config: Rollout limits and sampling.
@@ -127,6 +146,14 @@ class EnvRollout:
     chat: ChatTokenizer
     config: RolloutConfig
 
+    def transfer(self, weights: WeightExport) -> Callable[[], Awaitable[None]]:
+        """The transfer of ``weights`` (exported when it runs) to :attr:`backend`."""
+
+        async def update() -> None:
+            await self.backend.update_weights(weights())
+
+        return update
+
 
 class SyncSource:
     """Each step's batch is played when the step asks for it, by version ``step - 1``.
@@ -135,7 +162,7 @@ class SyncSource:
         envs: What the episodes are played with.
     """
 
-    def __init__(self, envs: EnvRollout) -> None:
+    def __init__(self, envs: Rollout) -> None:
         self.envs = envs
         self.version = 0
 
@@ -158,13 +185,16 @@ class SyncSource:
             )
         return StepRollout(result.trajectories, _train_metrics(result.metrics))
 
-    async def update_weights(
-        self, update: Callable[[], Awaitable[None]], *, timeout: float
-    ) -> dict[str, float]:
-        """Nothing generates between steps: just the update, timed."""
-        seconds = await bounded_update(update, self.envs.backend, timeout=timeout)
+    async def update_weights(self, weights: WeightExport, *, timeout: float) -> dict[str, float]:
+        """Nothing generates between steps: just the transfer, timed."""
+        seconds = await self.send_weights(weights, timeout=timeout)
         self.version += 1
         return {"time/weight_sync": seconds} | sync_breakdown(self.envs.backend)
+
+    async def send_weights(self, weights: WeightExport, *, timeout: float) -> float:
+        """The transfer to the engines, bounded by ``timeout``."""
+        envs = self.envs
+        return await bounded_update(envs.transfer(weights), envs.backend, timeout=timeout)
 
     def skip_update(self) -> None:
         """Same weights, the next version number."""
@@ -181,6 +211,10 @@ class SyncSource:
     def state_dict(self, step: int) -> dict[str, Any]:
         """The manager's cursor (the next batch is the next step's)."""
         return self.envs.manager.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The manager's cursor."""
+        self.envs.manager.load_state_dict(state)
 
     def checkpointed(self, step: int) -> None:
         """The cursor in the checkpoint is all a resume needs."""
@@ -199,7 +233,7 @@ class AheadSource:
         ratio: ``async_generation_ratio`` (k > 0).
     """
 
-    def __init__(self, envs: EnvRollout, *, ratio: float) -> None:
+    def __init__(self, envs: Rollout, *, ratio: float) -> None:
         self.envs = envs
         self.ratio = ratio
         self.pipeline: AsyncRollout | None = None
@@ -240,12 +274,10 @@ class AheadSource:
         metrics |= staleness_metrics(result.trajectories, step - 1, self.ratio)
         return StepRollout(result.trajectories, metrics)
 
-    async def update_weights(
-        self, update: Callable[[], Awaitable[None]], *, timeout: float
-    ) -> dict[str, float]:
+    async def update_weights(self, weights: WeightExport, *, timeout: float) -> dict[str, float]:
         """Pause generation (requests in flight finish), update, bump the version, resume."""
         pipeline = self._running()
-        times = await pipeline.sync(update, timeout=timeout)
+        times = await pipeline.sync(self.envs.transfer(weights), timeout=timeout)
         return (
             times.metrics()
             | sync_breakdown(self.envs.backend)
@@ -281,9 +313,18 @@ class AheadSource:
 
         return await asyncio.to_thread(run)
 
+    async def send_weights(self, weights: WeightExport, *, timeout: float) -> float:
+        """Before :meth:`start`: nothing generates yet, the transfer as it is."""
+        envs = self.envs
+        return await bounded_update(envs.transfer(weights), envs.backend, timeout=timeout)
+
     def state_dict(self, step: int) -> dict[str, Any]:
         """The cursor of the first batch not yet trained (those in flight are not saved)."""
         return {**self.envs.manager.state_dict(), "cursor": self._running().cursor(step)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The manager's cursor (the batch after the checkpoint's step)."""
+        self.envs.manager.load_state_dict(state)
 
     def checkpointed(self, step: int) -> None:
         """The cursor in the checkpoint is all a resume needs."""
@@ -292,27 +333,6 @@ class AheadSource:
         """Cancel the episodes in flight (a resume regenerates them)."""
         if self.pipeline is not None:
             await self.pipeline.close()
-
-
-def rollout_source(
-    manager: EnvManager,
-    backend: GenerationBackend,
-    chat: ChatTokenizer,
-    config: RolloutConfig,
-    *,
-    async_generation_ratio: float = 0.0,
-    prebuilt: RolloutSource | None = None,
-) -> RolloutSource:
-    """The source ``async_generation_ratio`` asks for: 0 plays each step's batch when
-    asked (:class:`SyncSource`), k > 0 up to k steps ahead (:class:`AheadSource`);
-    ``prebuilt`` when the builders made one (``mode: train``'s
-    :class:`~agentgym.rollout.buffer_source.BufferSource`)."""
-    if prebuilt is not None:
-        return prebuilt
-    envs = EnvRollout(manager, backend, chat, config)
-    if async_generation_ratio > 0:
-        return AheadSource(envs, ratio=async_generation_ratio)
-    return SyncSource(envs)
 
 
 def _train_metrics(metrics: dict[str, float]) -> dict[str, float]:

@@ -48,14 +48,14 @@ class Phase:
 
 def phases() -> dict[str, Phase]:
     """The phases a test can stop a run in, by the name the run's last line gives them."""
-    from agentgym import builders
+    from agentgym.build import engines, model
     from agentgym.rollout.backends.hf import HFBackend
     from agentgym.trainers import grpo, run_state, updates
 
     return {
-        "model build": Phase((builders, "policy_strategy"), (builders, "build_strategy")),
-        "engine start": Phase((builders, "generation_backend"), (builders, "make_backend")),
-        "validation": Phase((grpo, "validate"), (HFBackend, "generate")),
+        "model build": Phase((model, "policy_strategy"), (model, "build_strategy")),
+        "engine start": Phase((engines, "generation_backend"), (engines, "make_backend")),
+        "validation": Phase((grpo, "evaluate_step"), (HFBackend, "generate")),
         "policy update": Phase((grpo, "update_policy"), (updates, "minibatches")),
         # the second: checkpoint-1 is complete, so the line names it
         "checkpoint": Phase((grpo, "checkpoint"), (run_state, "save_checkpoint"), occurrence=2),

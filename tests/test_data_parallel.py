@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentgym.config_checks import data_parallel_size
+from agentgym.build.recipe import grpo_config
+from agentgym.derived import data_parallel_size
 from agentgym.errors import ConfigError
-from agentgym.recipe_settings import grpo_config
 from agentgym.schema import validate
 from tests.test_config import composed
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agentgym.errors import ConfigError
-from agentgym.rollout.experience_buffer import ExperienceBuffer
+from agentgym.job.buffer import ExperienceBuffer
 from agentgym.schema import validate
 from tests.forkserver import Process, start_python
 from tests.test_config import composed
@@ -118,7 +118,7 @@ def test_explorer_and_trainer_started_in_either_order(
     sync: str,
     on_startup: bool,
 ) -> None:
-    from agentgym.rollout.collective_weights import COLLECTIVE_BACKEND
+    from agentgym.job.collective_weights import COLLECTIVE_BACKEND
 
     monkeypatch.setenv(COLLECTIVE_BACKEND, "gloo")  # the processes inherit it
     second = "train" if first == "explore" else "explore"
@@ -258,7 +258,8 @@ def test_gpus_placed_with_the_model_on_the_cpu_fail_naming_model_device() -> Non
 def test_file_storage_is_the_sql_store_with_a_jsonl_copy_in_the_job_folder(
     tmp_path: Path,
 ) -> None:
-    from agentgym.job import experience_buffer, job_dir
+    from agentgym.build.job import experience_buffer
+    from agentgym.derived import job_dir
 
     config = validate(composed("buffer.storage_type=file", f"checkpoint_root_dir={tmp_path}"))
     buffer = experience_buffer(config)
@@ -315,7 +316,7 @@ def test_a_queue_buffer_on_ray_loses_nothing_when_its_actor_is_killed(
     import ray
     from ray.cluster_utils import Cluster
 
-    from agentgym.rollout.ray_job import NAMESPACE, remove_job_actors
+    from agentgym.job.ray_job import NAMESPACE, remove_job_actors
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
     try:

@@ -269,7 +269,7 @@ def test_strategy_config_auto_applies_the_winner_and_keeps_the_mini_batch(
 ) -> None:
     from omegaconf import OmegaConf
 
-    from agentgym.config_checks import data_parallel_size
+    from agentgym.derived import data_parallel_size
     from agentgym.plan.auto import planned
     from agentgym.schema import validate
     from agentgym.train import check

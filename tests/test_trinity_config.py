@@ -14,7 +14,7 @@ from agentgym.envs.math_workflow.problems import generate_problems
 from agentgym.errors import ConfigError
 from agentgym.formats.fit import Machine
 from agentgym.formats.trinity import from_trinity, load_trinity, trinity_arguments
-from agentgym.rollout.experience_buffer import ExperienceBuffer
+from agentgym.job.buffer import ExperienceBuffer
 from tests.forkserver import run_python, start_python
 
 FILES = Path(__file__).parent / "data" / "trinity"
@@ -259,7 +259,7 @@ def test_validation_covers_each_eval_row_once_every_time(
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    from agentgym.builders import env_manager
+    from agentgym.build.rollouts import env_manager
     from agentgym.schema import validate
     from agentgym.train import register_env_configs
 

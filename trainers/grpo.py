@@ -4,7 +4,7 @@ rollout → advantages → ``ppo_epochs`` of mini-batch updates → weight sync 
 metrics → validation every ``eval_steps`` (with renders) → checkpoint every
 ``save_steps``. The recipe sees only protocols (:class:`Strategy`,
 :class:`~agentgym.rollout.source.RolloutSource`, :class:`GenerationBackend`,
-:class:`Tracker`); :mod:`agentgym.builders` makes them from the config. The
+:class:`Tracker`); the build floor (:mod:`agentgym.build`) makes them from the config. The
 pieces live in modules named for what they hold: :mod:`~agentgym.trainers.batch_prep`
 (trajectories → the batch with advantages), :mod:`~agentgym.trainers.updates` and
 :mod:`~agentgym.trainers.objectives` (the policy's and critic's updates and losses),
@@ -16,22 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentgym.cluster import Cluster
-from agentgym.rollout.async_rollout import bounded_update
-from agentgym.rollout.backends.base import GenerationBackend
-from agentgym.rollout.chat import ChatTokenizer
-from agentgym.rollout.env_manager import EnvManager
-from agentgym.rollout.loop import RolloutConfig, collect
+from agentgym.rollout.evaluation import evaluate
 from agentgym.rollout.render import dump_trajectories, pick_renders, render_trajectories
-from agentgym.rollout.source import RolloutSource, rollout_source
+from agentgym.rollout.source import Rollout, RolloutSource
 from agentgym.trainers.batch_prep import check_failures, prepare_batch
 from agentgym.trainers.checkpoint import latest_checkpoint
-from agentgym.trainers.kl_control import KLController, make_kl_controller
+from agentgym.trainers.kl_control import KLController
 from agentgym.trainers.lifecycle import frames_of, phase_of, shut_down
 from agentgym.trainers.recipe_config import GRPOConfig
 from agentgym.trainers.rewards import RunningMoments
@@ -54,15 +49,15 @@ class TrainingInterruptedError(KeyboardInterrupt):
 
 @dataclass
 class TrainParts:
-    """Everything the recipe runs on, built by :func:`agentgym.builders.build_train`."""
+    """Everything the recipe runs on, built by :func:`agentgym.build.train.build_train`."""
 
     strategy: Strategy
-    backend: GenerationBackend
-    chat: ChatTokenizer
-    train_manager: EnvManager
-    val_manager: EnvManager
-    train_rollout: RolloutConfig
-    val_rollout: RolloutConfig
+    source: RolloutSource
+    """Each step's batch: played now, ahead of training, or from a decoupled job's buffer."""
+    train: Rollout | None
+    """What :attr:`source` plays with (None: ``mode: train``, whose explorers play)."""
+    val: Rollout | None
+    """The validation episodes (None: this mode evaluates nothing)."""
     tracker: Tracker
     checkpoint_dir: Path
     render_dir: Path | None
@@ -72,11 +67,8 @@ class TrainParts:
     cluster: Cluster | None = None
     critic: Critic | None = None
     """GAE's value model (``adv_estimator: gae``)."""
-    source: RolloutSource | None = None
-    """A rollout source the builders made (``mode: train``: the experience buffer);
-    None: the recipe's own from the train envs (:func:`rollout_source`)."""
     kl_controller: KLController | None = None
-    """The beta of ``add_token_level_kl`` (:func:`kl_controller`)."""
+    """The beta of ``add_token_level_kl``."""
     reward_moments: RunningMoments | None = None
     """Running reward statistics (``use_reward_scaling``, ``reward_norm: running``)."""
 
@@ -97,14 +89,7 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
     """
     schedule = config.schedule
     loop = asyncio.new_event_loop()
-    source = rollout_source(
-        parts.train_manager,
-        parts.backend,
-        parts.chat,
-        parts.train_rollout,
-        async_generation_ratio=schedule.async_generation_ratio,
-        prebuilt=parts.source,
-    )
+    source = parts.source
     step = 0
     try:
         if resume:
@@ -112,7 +97,7 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
             send_resumed_weights(config, parts, loop)  # the engines sample the checkpoint's
         loop.call_soon(source.start, step)
         if step == 0 and schedule.eval_steps and schedule.eval_on_startup:
-            validate(config, parts, loop, source, step=0)
+            evaluate_step(config, parts, loop, step=0)
         while step < schedule.max_steps:
             step += 1
             started = time.perf_counter()
@@ -145,9 +130,9 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
             if schedule.eval_steps and (
                 step % schedule.eval_steps == 0 or step == schedule.max_steps
             ):
-                validate(config, parts, loop, source, step=step)
+                evaluate_step(config, parts, loop, step=step)
             if step % schedule.save_steps == 0 or step == schedule.max_steps:
-                checkpoint(parts, step, source.state_dict(step))
+                checkpoint(parts, step)
                 source.checkpointed(step)
     except KeyboardInterrupt as interrupt:
         phase = phase_of(frames_of(interrupt.__traceback__)) or "training"
@@ -167,7 +152,9 @@ def push_weights(
     """The strategy's weights to the engines through the source (which pauses its
     generation around the transfer), bounded by ``rpc_timeout``; its ``time/weight_sync*``
     metrics."""
-    update = source.update_weights(engine_update(parts), timeout=config.schedule.rpc_timeout)
+    update = source.update_weights(
+        parts.strategy.export_weights, timeout=config.schedule.rpc_timeout
+    )
     return loop.run_until_complete(update)
 
 
@@ -180,57 +167,30 @@ def send_resumed_weights(
     Raises:
         WeightSyncTimeoutError: Naming the backend, when it takes longer than ``rpc_timeout``.
     """
-    update = bounded_update(
-        engine_update(parts), parts.backend, timeout=config.schedule.rpc_timeout
+    update = parts.source.send_weights(
+        parts.strategy.export_weights, timeout=config.schedule.rpc_timeout
     )
     return loop.run_until_complete(update)
 
 
-def engine_update(parts: TrainParts) -> Callable[[], Awaitable[None]]:
-    """The transfer of the strategy's exported weights to the generation backend."""
-
-    async def update() -> None:
-        await parts.backend.update_weights(parts.strategy.export_weights())
-
-    return update
-
-
-def validate(
-    config: GRPOConfig,
-    parts: TrainParts,
-    loop: asyncio.AbstractEventLoop,
-    source: RolloutSource,
-    *,
-    step: int,
+def evaluate_step(
+    config: GRPOConfig, parts: TrainParts, loop: asyncio.AbstractEventLoop, *, step: int
 ) -> None:
-    """Run the validation episodes (fixed seeds), log ``val/*`` and render some of each tag.
+    """Play the validation episodes (fixed seeds), log ``val/*`` and render some of each tag.
 
     The training episodes' generation is paused meanwhile (ahead of training, the
     requests in flight finish first) and resumed after, even when validation fails;
     ``val/policy_version`` is the version validated.
     """
+    if parts.val is None:
+        return
+    val, source = parts.val, parts.source
     parts.strategy.train(False)
-
-    async def play() -> Any:
-        return await collect(
-            parts.val_manager, parts.backend, parts.chat, parts.val_rollout, policy_version=step
-        )
-
-    result = loop.run_until_complete(source.paused(play))
-    check_failures(config, result.trajectories, step)
-    metrics = {f"val/{key}": value for key, value in result.metrics.items()}
+    played = loop.run_until_complete(source.paused(lambda: evaluate(val, version=step)))
+    check_failures(config, played.result.trajectories, step)
+    metrics = played.metrics
     metrics["val/policy_version"] = float(source.version)
     parts.tracker.log(metrics, step)
     if parts.render_dir is not None and config.schedule.val_renders:
-        picked = pick_renders(result.trajectories, config.schedule.val_renders)
+        picked = pick_renders(played.result.trajectories, config.schedule.val_renders)
         render_trajectories(picked, parts.render_dir, step)
-
-
-def kl_controller(config: GRPOConfig) -> KLController:
-    """The coefficient of ``add_token_level_kl``: adaptive with ``target_kl`` (over
-    ``kl_horizon`` samples), else fixed at ``init_kl_coef`` (ROLL's ``get_kl_controller``)."""
-    return make_kl_controller(
-        config.advantage.init_kl_coef,
-        target_kl=config.advantage.target_kl,
-        kl_horizon=config.advantage.kl_horizon if config.advantage.target_kl is not None else None,
-    )

@@ -34,11 +34,11 @@ CANCEL_GRACE = 5.0
 cancelled what it awaited; a close still running then blocks the loop's thread."""
 
 PHASES: dict[tuple[str, str], str] = {
-    ("agentgym.builders", "build_train"): "setup",
-    ("agentgym.builders", "policy_strategy"): "model build",
-    ("agentgym.builders", "critic_strategy"): "critic build",
-    ("agentgym.builders", "generation_backend"): "engine start",
-    ("agentgym.builders", "env_manager"): "env start",
+    ("agentgym.build.train", "build_train"): "setup",
+    ("agentgym.build.model", "policy_strategy"): "model build",
+    ("agentgym.build.model", "critic_strategy"): "critic build",
+    ("agentgym.build.engines", "generation_backend"): "engine start",
+    ("agentgym.build.rollouts", "env_manager"): "env start",
     ("agentgym.trainers.grpo", "train"): "training",
     ("agentgym.trainers.run_state", "restore"): "checkpoint load",
     ("agentgym.rollout.source", "next_batch"): "rollout",
@@ -47,7 +47,7 @@ PHASES: dict[tuple[str, str], str] = {
     ("agentgym.trainers.updates", "update_critic"): "critic update",
     ("agentgym.trainers.grpo", "send_resumed_weights"): "weight sync",
     ("agentgym.trainers.grpo", "push_weights"): "weight sync",
-    ("agentgym.trainers.grpo", "validate"): "validation",
+    ("agentgym.trainers.grpo", "evaluate_step"): "validation",
     ("agentgym.trainers.run_state", "checkpoint"): "checkpoint",
     ("agentgym.trainers.lifecycle", "shut_down"): "shutdown",
 }
@@ -235,9 +235,13 @@ def shut_down(
     if source is not None:
         closer.run_on_loop("rollout source", loop, source.close)
     closer.run_on_loop("pending episodes", loop, lambda: _cancel_pending(loop))
-    closer.run("train envs", parts.train_manager.close)
-    closer.run("validation envs", parts.val_manager.close)
-    closer.run_on_loop("generation backend", loop, parts.backend.close)
+    rollouts = [rollout for rollout in (parts.train, parts.val) if rollout is not None]
+    if parts.train is not None:
+        closer.run("train envs", parts.train.manager.close)
+    if parts.val is not None:
+        closer.run("validation envs", parts.val.manager.close)
+    for backend in {id(r.backend): r.backend for r in rollouts}.values():  # shared: once
+        closer.run_on_loop("generation backend", loop, backend.close)
     if closer.loop_held_by is None:
         closer.run("event loop", loop.close)
     else:  # a running loop cannot be closed; the failure of the close that holds it says so

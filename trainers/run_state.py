@@ -31,17 +31,16 @@ CRITIC_DIR = "critic"
 """The folder of a checkpoint that holds the critic (GAE's value model and optimizer)."""
 
 
-def checkpoint(parts: TrainParts, step: int, train_envs: dict[str, Any] | None = None) -> Path:
+def checkpoint(parts: TrainParts, step: int) -> Path:
     """Save model, optimizer, scheduler, RNG, step, seed cursor and tracker run id, atomically;
     with them the critic (under ``critic/``), the KL coefficient and the running reward
     statistics when the run has them.
 
-    ``train_envs`` is the train envs' resume state (the rollout source's
-    ``state_dict``: ahead of training, the seed cursor of the first batch not yet
-    trained, so the episodes in flight are regenerated on resume); None or empty: the
-    train manager's own.
+    The seed cursor is the rollout source's ``state_dict`` (ahead of training, the
+    cursor of the first batch not yet trained, so the episodes in flight are
+    regenerated on resume; empty for a source that keeps its own state).
     """
-    manager_state = train_envs or parts.train_manager.state_dict()
+    manager_state = parts.source.state_dict(step)
 
     def write(directory: Path) -> None:
         parts.strategy.save(directory)
@@ -103,7 +102,7 @@ def restore(parts: TrainParts, resume: bool | str) -> int:
         parts.kl_controller.load_state_dict(state["kl_controller"])
     if parts.reward_moments is not None and "reward_moments" in state:
         parts.reward_moments.load_state_dict(state["reward_moments"])
-    parts.train_manager.load_state_dict(state["train_env_manager"])
+    parts.source.load_state_dict(state["train_env_manager"])
     set_rng_state(torch.load(path / "rng.pt", weights_only=True))
     step = int(state["step"])
     print(f"resumed from {path} at step {step}", flush=True)

@@ -71,8 +71,8 @@ def planned(resolved: dict[str, Any]) -> tuple[dict[str, Any], list[Plan]]:
     Raises:
         ConfigError: When the strategy is not Megatron's, or no layout fits.
     """
-    from agentgym.builders import colocated, model_path
-    from agentgym.config_checks import data_parallel_size
+    from agentgym.build.model import model_path
+    from agentgym.derived import colocated, data_parallel_size
     from agentgym.plan.shapes import load_shape
     from agentgym.schema import validate
 

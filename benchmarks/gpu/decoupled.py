@@ -23,8 +23,8 @@ POLL_SECONDS = 0.005
 
 
 def _channel(method: str, job: Path, backend: str, bucket_bytes: int) -> Any:
-    from agentgym.rollout.collective_weights import CollectiveChannel
-    from agentgym.rollout.published_weights import FolderChannel
+    from agentgym.job.collective_weights import CollectiveChannel
+    from agentgym.job.published_weights import FolderChannel
 
     if method == "checkpoint":
         return FolderChannel(job)
@@ -57,7 +57,7 @@ def explorer(
 def _one_method(
     ctx: Context, deadline: Deadline, method: str, weights: dict[str, torch.Tensor]
 ) -> dict[str, float]:
-    from agentgym.rollout.published_weights import WeightPublisher
+    from agentgym.job.published_weights import WeightPublisher
 
     s = ctx.settings
     backend = "nccl" if s.device.startswith("cuda") else "gloo"

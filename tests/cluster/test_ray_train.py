@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentgym.builders import build_train
+from agentgym.build.train import build_train
 from agentgym.schema import validate
 from agentgym.trainers.grpo import train
 from tests.forkserver import run_python
@@ -89,9 +89,10 @@ def test_two_nodes_hold_the_ranks_and_train_two_steps(
     try:
         ranks = parts.strategy.handles  # type: ignore[attr-defined]
         assert [node_resources(h) for h in ranks] == [{"node_a"}, {"node_b"}]
-        envs = parts.train_manager.workers  # 8 envs, 4 a worker: one worker per node
+        assert parts.train is not None
+        envs = parts.train.manager.workers  # 8 envs, 4 a worker: one worker per node
         assert [node_resources(h) for h in envs] == [{"node_a"}, {"node_b"}]
-        engines = parts.backend.backends  # type: ignore[attr-defined]
+        engines = parts.train.backend.backends  # type: ignore[attr-defined]
         assert [node_resources(e.handle) for e in engines] == [{"node_b"}]
     except BaseException:
         parts.cluster.shutdown()  # type: ignore[union-attr]

@@ -11,8 +11,21 @@ import pytest
 
 from agentgym.rollout.async_rollout import WeightSyncTimeoutError
 from agentgym.rollout.chat import ChatTokenizer
-from agentgym.rollout.source import AheadSource, SyncSource, rollout_source
+from agentgym.rollout.source import AheadSource, Rollout, RolloutSource, SyncSource
 from tests.rollout.test_async_rollout import CONFIG, SlowScripted, manager
+
+
+def make_source(envs: Any, backend: Any, chat: ChatTokenizer, ratio: float) -> RolloutSource:
+    """The source the build floor picks for ``async_generation_ratio`` = ``ratio``."""
+    rollout = Rollout(envs, backend, chat, CONFIG)
+    return AheadSource(rollout, ratio=ratio) if ratio else SyncSource(rollout)
+
+
+class Hanging(SlowScripted):
+    """An engine whose weight update never returns."""
+
+    async def update_weights(self, weights: Any) -> None:
+        await asyncio.sleep(10)
 
 
 def play(source: Any, steps: int) -> tuple[list[Any], list[dict[str, float]], dict[str, Any]]:
@@ -27,10 +40,7 @@ def play(source: Any, steps: int) -> tuple[list[Any], list[dict[str, float]], di
                 rollout = await source.next_batch(step)
                 batches.append(rollout)
 
-                async def update() -> None:
-                    await asyncio.sleep(0.001)
-
-                syncs.append(await source.update_weights(update, timeout=5))
+                syncs.append(await source.update_weights(list, timeout=5))
                 assert await source.paused(lambda s=step: asyncio.sleep(0, result=s)) == step
             return source.state_dict(steps)
         finally:
@@ -42,10 +52,7 @@ def play(source: Any, steps: int) -> tuple[list[Any], list[dict[str, float]], di
 @pytest.mark.parametrize("ratio", [0, 1])
 def test_every_source_serves_the_recipe_the_same_calls(tiny_tokenizer: Any, ratio: float):
     envs = manager()
-    source = rollout_source(
-        envs, SlowScripted(tiny_tokenizer), ChatTokenizer(tiny_tokenizer), CONFIG,
-        async_generation_ratio=ratio,
-    )  # fmt: skip
+    source = make_source(envs, SlowScripted(tiny_tokenizer), ChatTokenizer(tiny_tokenizer), ratio)
     assert isinstance(source, AheadSource if ratio else SyncSource)
     batches, syncs, state = play(source, steps=3)
     envs.close()
@@ -66,15 +73,13 @@ def test_every_source_serves_the_recipe_the_same_calls(tiny_tokenizer: Any, rati
 def test_a_hung_update_is_a_named_timeout_in_both_sources(tiny_tokenizer: Any, ratio: float):
     envs = manager()
     chat = ChatTokenizer(tiny_tokenizer)
-    source = rollout_source(
-        envs, SlowScripted(tiny_tokenizer), chat, CONFIG, async_generation_ratio=ratio
-    )
+    source = make_source(envs, Hanging(tiny_tokenizer), chat, ratio)
 
     async def hung() -> None:
         source.start(0)
         try:
             with pytest.raises(WeightSyncTimeoutError, match=r"rpc_timeout=0\.05"):
-                await source.update_weights(lambda: asyncio.sleep(10), timeout=0.05)
+                await source.update_weights(list, timeout=0.05)
         finally:
             await source.close()
 

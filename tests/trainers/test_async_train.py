@@ -14,15 +14,16 @@ from typing import Any
 import pytest
 import torch
 
-from agentgym.builders import build_train
+from agentgym.build.train import build_train
 from agentgym.rollout.async_rollout import WeightSyncTimeoutError
 from agentgym.rollout.backends.base import Generation, SamplingParams
 from agentgym.rollout.backends.scripted import ScriptedBackend
-from agentgym.rollout.source import AheadSource, EnvRollout, RolloutSource
+from agentgym.rollout.source import AheadSource, SyncSource
 from agentgym.schema import validate
 from agentgym.trainers import grpo
 from agentgym.trainers.grpo import GRPOConfig, TrainParts, train
 from agentgym.trajectory import Trajectory
+from tests.parts import use_backend
 from tests.test_config import composed
 
 SMALL = [
@@ -84,8 +85,10 @@ class Labelled:
 
 
 def labelled(parts: TrainParts, record: Record) -> TrainParts:
-    val_envs = {id(slot.env) for slot in parts.val_manager.slots}
-    return dataclasses.replace(parts, backend=Labelled(parts.backend, val_envs, record))
+    assert parts.train is not None and parts.val is not None
+    val_envs = {id(slot.env) for slot in parts.val.manager.slots}
+    use_backend(parts, Labelled(parts.train.backend, val_envs, record))
+    return parts
 
 
 def final_weights(parts: TrainParts) -> dict[str, torch.Tensor]:
@@ -100,24 +103,12 @@ def test_ratio_0_through_the_pipeline_equals_the_synchronous_recipe(
         config, parts = build(tmp_path / name, cache, "max_steps=3", "eval_steps=0")
         # the scripted agent's answers do not depend on how requests are batched (the HF
         # engine's logprobs do, in the last bits, even between two synchronous runs)
-        parts.backend = ScriptedBackend(parts.chat.tokenizer, "random")
-        sources: list[RolloutSource] = []
-
-        def ahead_at_zero(
-            *args: Any,
-            async_generation_ratio: float,
-            prebuilt: RolloutSource | None,
-            sources: list[RolloutSource] = sources,
-        ) -> RolloutSource:
-            assert async_generation_ratio == 0 and prebuilt is None
-            sources.append(AheadSource(EnvRollout(*args), ratio=0.0))
-            return sources[-1]
-
+        assert parts.train is not None and isinstance(parts.source, SyncSource)
+        use_backend(parts, ScriptedBackend(parts.train.chat.tokenizer, "random"))
         if pipeline:  # k = 0 by the async machinery: admission, pause/sync/resume, threads
-            monkeypatch.setattr(grpo, "rollout_source", ahead_at_zero)
+            parts.source = AheadSource(parts.train, ratio=0.0)
         record.trained.clear()
         train(config, parts)
-        assert len(sources) == int(pipeline)  # the pipeline run went through AheadSource
         played = {s: [(t.group_id, t.input_ids) for t in ts] for s, ts in record.trained.items()}
         logged = {
             s: {k: v for k, v in m.items() if k.startswith(("train/", "actor/"))}
@@ -195,7 +186,8 @@ def test_a_hung_weight_sync_stops_the_run_by_name(tmp_path: Path, cache: Path) -
     async def hang(weights: Any) -> None:
         await asyncio.Event().wait()
 
-    parts.backend.update_weights = hang  # type: ignore[method-assign]
+    assert parts.train is not None
+    parts.train.backend.update_weights = hang  # type: ignore[method-assign]
     with pytest.raises(WeightSyncTimeoutError, match=r"rpc_timeout=0\.5 s"):
         train(config, parts)
 

@@ -12,8 +12,8 @@ from typing import cast
 import pytest
 import torch
 
-from agentgym.recipe_settings import default_grpo_config
-from agentgym.trainers.grpo import TrainParts, kl_controller
+from agentgym.build.recipe import default_grpo_config, kl_controller
+from agentgym.trainers.grpo import TrainParts
 from agentgym.trainers.objectives import ValueLoss
 from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.run_state import CRITIC_DIR, checkpoint, restore
@@ -131,13 +131,15 @@ class SavingPart:
 
 def recipe_parts(tmp_path: Path, payload: str) -> TrainParts:
     settings = default_grpo_config(add_token_level_kl=True, target_kl=0.1, kl_horizon=100)
-    manager = SimpleNamespace(state_dict=lambda: {"cursor": 3}, load_state_dict=lambda state: None)
+    source = SimpleNamespace(
+        state_dict=lambda step: {"cursor": 3}, load_state_dict=lambda state: None
+    )
     return cast(
         TrainParts,
         SimpleNamespace(
             strategy=SavingPart(f"policy {payload}"), critic=SavingPart(f"critic {payload}"),
             kl_controller=kl_controller(settings), reward_moments=RunningMoments(),
-            train_manager=manager, tracker=SimpleNamespace(run_id="run"),
+            source=source, tracker=SimpleNamespace(run_id="run"),
             meta={"config": {}}, checkpoint_dir=tmp_path / "checkpoints",
         ),
     )  # fmt: skip

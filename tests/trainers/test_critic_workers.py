@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from agentgym.builders import placement_plan
+from agentgym.build.recipe import default_grpo_config
 from agentgym.cluster import Cluster, plan_placement, start_cluster
-from agentgym.recipe_settings import default_grpo_config
+from agentgym.derived import placement_plan
 from agentgym.schema import validate
 from agentgym.trainers.ranks import CriticGroup, start_rank_group
 from agentgym.trainers.strategies import Critic

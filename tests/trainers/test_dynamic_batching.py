@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
+from agentgym.build.recipe import default_grpo_config, grpo_config
 from agentgym.errors import ConfigError
-from agentgym.recipe_settings import default_grpo_config, grpo_config
 from agentgym.schema import TrainConfig, validate
 from agentgym.trainers.ranks import GroupRank
 from agentgym.trainers.strategies import micro_batches

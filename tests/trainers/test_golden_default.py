@@ -23,12 +23,13 @@ import numpy as np
 import pytest
 import torch
 
-from agentgym.builders import build_train
+from agentgym.build.train import build_train
 from agentgym.envs.scripted import format_response
 from agentgym.rollout.backends.base import Generation, SamplingParams
 from agentgym.schema import validate
 from agentgym.trainers import grpo
 from agentgym.trajectory import Trajectory
+from tests.parts import use_backend
 from tests.test_config import composed
 
 DEFAULT_PATH = (
@@ -193,9 +194,9 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[int, Any]:
         *DEFAULT_PATH, f"model.cache_dir={tmp_path / 'cache'}", f"output_dir={tmp_path / 'run'}"
     )
     config, parts = build_train(validate(raw), raw)
-    parts.backend = SeededMoves(
-        parts.chat.tokenizer, parts.train_manager.slots, parts.train_manager.group_size
-    )
+    assert parts.train is not None
+    manager = parts.train.manager
+    use_backend(parts, SeededMoves(parts.train.chat.tokenizer, manager.slots, manager.group_size))
     seen: dict[int, tuple[list[Trajectory], dict[str, float]]] = {}
     prepare = grpo.prepare_batch
 

@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 
 from agentgym.trainers import lifecycle
-from agentgym.trainers.grpo import TrainParts, validate
+from agentgym.trainers.grpo import TrainParts, evaluate_step
 from agentgym.trainers.lifecycle import ShutdownError, frames_of, phase_of, shut_down
 
 
@@ -50,10 +50,10 @@ class AsyncPart(Part):
 
 
 def make_parts(closed: list[str]) -> SimpleNamespace:
+    backend = AsyncPart(closed, "generation backend")  # one, shared: closed once
     return SimpleNamespace(
-        train_manager=Part(closed, "train envs"),
-        val_manager=Part(closed, "validation envs"),
-        backend=AsyncPart(closed, "generation backend"),
+        train=SimpleNamespace(manager=Part(closed, "train envs"), backend=backend),
+        val=SimpleNamespace(manager=Part(closed, "validation envs"), backend=backend),
         tracker=Part(closed, "tracker"),
         cluster=Part(closed, "cluster"),
     )
@@ -67,7 +67,7 @@ def test_a_close_that_fails_does_not_keep_the_others_open_and_is_raised_by_name(
 ) -> None:
     closed: list[str] = []
     parts = make_parts(closed)
-    parts.train_manager.error = OSError("env worker gone")
+    parts.train.manager.error = OSError("env worker gone")
     parts.tracker.error = ValueError("metrics file closed")
     loop = asyncio.new_event_loop()
     with pytest.raises(ShutdownError) as raised:
@@ -78,7 +78,7 @@ def test_a_close_that_fails_does_not_keep_the_others_open_and_is_raised_by_name(
         "2 part(s) did not close (train envs: OSError: env worker gone; tracker: ValueError: "
         "metrics file closed); see the log"
     )
-    assert raised.value.__cause__ is parts.train_manager.error
+    assert raised.value.__cause__ is parts.train.manager.error
     assert [part for part, _ in raised.value.failures] == ["train envs", "tracker"]
     logged = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert logged == [
@@ -110,8 +110,8 @@ def test_a_close_that_hangs_is_left_behind_after_its_time_limit(
     # the validation envs block their thread (left behind)
     closed: list[str] = []
     parts = make_parts(closed)
-    parts.backend.hang = True
-    parts.val_manager.hang = True
+    parts.train.backend.hang = True
+    parts.val.manager.hang = True
     loop = asyncio.new_event_loop()
     started = time.monotonic()
     with pytest.raises(ShutdownError) as raised:
@@ -137,7 +137,7 @@ def test_a_close_that_blocks_the_loops_thread_keeps_the_loop_and_the_others_clos
         closed.append("generation backend")
         threading.Event().wait()  # an engine shutdown that never returns, on the loop
 
-    parts.backend.close = blocking_close
+    parts.train.backend.close = blocking_close
     loop = asyncio.new_event_loop()
     with pytest.raises(ShutdownError) as raised:
         shut_down(cast(TrainParts, parts), loop, timeout=0.2)
@@ -152,11 +152,11 @@ def test_the_phase_is_the_recipes_innermost_function_on_the_stack(tmp_path: Path
     def interrupt(mode: bool) -> None:
         raise KeyboardInterrupt
 
-    parts = SimpleNamespace(strategy=SimpleNamespace(train=interrupt))
+    parts = SimpleNamespace(strategy=SimpleNamespace(train=interrupt), val=object(), source=None)
     loop = asyncio.new_event_loop()
     try:
         with pytest.raises(KeyboardInterrupt) as raised:
-            validate(cast(Any, None), cast(TrainParts, parts), loop, cast(Any, None), step=3)
+            evaluate_step(cast(Any, None), cast(TrainParts, parts), loop, step=3)
     finally:
         loop.close()
     assert phase_of(frames_of(raised.value.__traceback__)) == "validation"

@@ -14,11 +14,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentgym.builders import strategy_settings
+from agentgym.build.model import strategy_settings
+from agentgym.build.recipe import default_grpo_config
 from agentgym.choices import parse_lora_target
 from agentgym.errors import ConfigError
 from agentgym.formats.fit import Machine, fit_to_machine
-from agentgym.recipe_settings import default_grpo_config
 from agentgym.schema import validate
 from agentgym.trainers.strategies import build_strategy
 from agentgym.trainers.strategies.lora import (

@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from agentgym.build.recipe import default_grpo_config
 from agentgym.errors import ConfigError
-from agentgym.recipe_settings import default_grpo_config
 from agentgym.schema import TrainConfig, validate
 from agentgym.trainers.advantages import compute_advantages, opmd_advantages
 from agentgym.trainers.batch_prep import prepare_batch

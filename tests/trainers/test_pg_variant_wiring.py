@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
+from agentgym.build.recipe import default_grpo_config, grpo_config
 from agentgym.choices import PG_VARIANT_KNOBS, PG_VARIANTS
 from agentgym.errors import ConfigError
-from agentgym.recipe_settings import default_grpo_config, grpo_config
 from agentgym.schema import TrainConfig, validate
 from agentgym.trainers.objectives import PolicyLoss
 from agentgym.trainers.strategies import ModelOutputs

@@ -246,6 +246,20 @@ def test_ppo_is_policy_loss() -> None:
     assert got.keys() == metrics.keys()
 
 
+@pytest.mark.parametrize("variant", list(PG_VARIANTS))
+def test_every_variant_reports_the_common_metrics_by_hand(variant: str) -> None:
+    # ratios 2, 0.5, 1: log ratios ln 2, -ln 2, 0 average to 0; their mean is 3.5 / 3
+    loss, _, metrics = run(variant)
+    common = {
+        "pg_loss": loss,
+        "approx_kl": torch.tensor(0.0),
+        "ratio_mean": torch.tensor(3.5 / 3),
+        "ratio_min": torch.tensor(0.5),
+        "ratio_max": torch.tensor(2.0),
+    }
+    assert_close({key: metrics[key] for key in common}, common)
+
+
 def test_each_variant_takes_the_knobs_its_table_names_and_the_common_arguments() -> None:
     assert set(VariantArgs.__annotations__) == {
         "scores", "is_weights", "sample_weights", "loss_agg_mode", "norm_length", "num_tokens",

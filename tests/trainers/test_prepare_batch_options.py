@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from agentgym.recipe_settings import default_grpo_config
+from agentgym.build.recipe import default_grpo_config, kl_controller
 from agentgym.trainers.batch_prep import prepare_batch
-from agentgym.trainers.grpo import GRPOConfig, TrainParts, kl_controller
+from agentgym.trainers.grpo import GRPOConfig, TrainParts
 from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.strategies import Metric, ValueLossFunction
 from agentgym.trainers.updates import update_policy

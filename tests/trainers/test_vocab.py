@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from agentgym.trainers.strategies.vocab import vocab_parallel_logprobs
+from agentgym.trainers.strategies.vocab import VocabSlice, vocab_parallel_logprobs
 
 
 def test_log_softmax_masks_the_padding_rows_and_divides_by_the_temperature() -> None:
@@ -18,11 +18,8 @@ def test_log_softmax_masks_the_padding_rows_and_divides_by_the_temperature() -> 
     logprob, entropy = vocab_parallel_logprobs(
         logits,
         torch.tensor([[2]]),
-        vocab_start=0,
-        vocab_size=3,
+        VocabSlice.whole(3),  # TP=1: the sums over ranks are the local sums
         temperature=2.0,
-        reduce_sum=lambda x: x,  # TP=1: the sums over ranks are the local sums
-        reduce_max=lambda x: x,
         with_entropy=True,
     )
     # by hand: p = softmax([1, 0, 2]); log p(2) = 2 - log(e + 1 + e²)
@@ -55,11 +52,8 @@ def test_log_softmax_gradients_are_autograds_through_the_plain_formula(
     logprob, entropy = vocab_parallel_logprobs(
         mine,
         targets,
-        vocab_start=0,
-        vocab_size=9,
+        VocabSlice.whole(9),
         temperature=0.7,
-        reduce_sum=lambda x: x,
-        reduce_max=lambda x: x,
         with_entropy=with_entropy,
     )
     objective = (logprob * upstream[0].float()).sum()
@@ -78,13 +72,7 @@ def test_log_softmax_refuses_a_second_backward_pass() -> None:
     # Its softmax becomes the gradient in place: a second pass would read a gradient.
     logits = torch.randn(2, 3, 5, requires_grad=True)
     logprob, _ = vocab_parallel_logprobs(
-        logits,
-        torch.zeros(2, 3, dtype=torch.long),
-        vocab_start=0,
-        vocab_size=5,
-        temperature=1.0,
-        reduce_sum=lambda x: x,
-        reduce_max=lambda x: x,
+        logits, torch.zeros(2, 3, dtype=torch.long), VocabSlice.whole(5), temperature=1.0
     )
     logprob.sum().backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="runs once"):

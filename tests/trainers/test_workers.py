@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from agentgym.build.recipe import default_grpo_config
 from agentgym.cluster import Cluster, plan_placement, start_cluster
-from agentgym.recipe_settings import default_grpo_config
 from agentgym.trainers.ranks import PolicyGroup, deal, start_rank_group
 from agentgym.trainers.strategies import Strategy
 from agentgym.trainers.strategies.optim import OptimizerConfig

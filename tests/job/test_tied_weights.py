@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from agentgym.job.published_weights import FolderChannel, WeightPublisher
 from agentgym.rollout.backends.buckets import unshared
-from agentgym.rollout.published_weights import FolderChannel, WeightPublisher
 
 
 def tied_model() -> Qwen2ForCausalLM:

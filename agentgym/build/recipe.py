@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgym.config_checks import data_parallel_size, dual_clip_c
+from agentgym.derived import data_parallel_size, dual_clip_c
 from agentgym.schema import TrainConfig
+from agentgym.trainers.correction import correction_config
+from agentgym.trainers.kl_control import KLController, make_kl_controller
 from agentgym.trainers.recipe_config import AdvantageConfig, GRPOConfig, LossConfig, ScheduleConfig
 from agentgym.trainers.strategies.batching import token_budget
 
@@ -15,8 +17,6 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
     """The recipe's settings from the schema, every field named (a rename fails in mypy):
     mostly top-level keys of the same names, plus the few that live in sections
     (``reward_normalization``, ``training_args``) or are derived."""
-    from agentgym.trainers.correction import correction_config
-
     train_args, critic_args = config.actor_train.training_args, config.critic.training_args
     loss = LossConfig(
         clip_ratio_low=config.clip_ratio_low,
@@ -123,3 +123,13 @@ def default_grpo_config(**overrides: Any) -> GRPOConfig:
     agentgym.train``), with ``overrides`` by field name (:meth:`GRPOConfig.with_values`):
     what a Python user starts from."""
     return grpo_config(TrainConfig()).with_values(**overrides)
+
+
+def kl_controller(config: GRPOConfig) -> KLController:
+    """The coefficient of ``add_token_level_kl``: adaptive with ``target_kl`` (over
+    ``kl_horizon`` samples), else fixed at ``init_kl_coef`` (ROLL's ``get_kl_controller``)."""
+    return make_kl_controller(
+        config.advantage.init_kl_coef,
+        target_kl=config.advantage.target_kl,
+        kl_horizon=config.advantage.kl_horizon if config.advantage.target_kl is not None else None,
+    )

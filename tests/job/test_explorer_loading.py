@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from agentgym.explore import _load_newer
-from agentgym.rollout.published_weights import Published, WeightsGoneError
+from agentgym.job.explore import _load_newer
+from agentgym.job.published_weights import Published, WeightsGoneError
 
 NAMES = ("a", "b", "c")
 
@@ -47,7 +47,11 @@ class RecordingEngine:
 
 def parts(channel: BreakingChannel, engine: RecordingEngine) -> Any:
     return SimpleNamespace(
-        name="e", weights=channel, backend=engine, sync_timeout=5.0, job_dir=Path(".")
+        name="e",
+        weights=channel,
+        train=SimpleNamespace(backend=engine),
+        sync_timeout=5.0,
+        job_dir=Path("."),
     )
 
 

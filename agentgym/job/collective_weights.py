@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from agentgym.fileio import write_json_atomic
+from agentgym.job.published_weights import FolderChannel, Published, WeightsGoneError
 from agentgym.rollout.backends.buckets import (
     DEFAULT_BUCKET_BYTES,
     TensorSpec,
@@ -48,7 +49,6 @@ from agentgym.rollout.backends.buckets import (
     copy_into,
     spec_views,
 )
-from agentgym.rollout.published_weights import FolderChannel, Published, WeightsGoneError
 
 ADDRESS = "collective.json"
 """The trainer's weight server address, in ``<job>/weights/``."""

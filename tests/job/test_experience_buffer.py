@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentgym.rollout.experience_buffer import (
+from agentgym.job.buffer import (
     BufferCorruptError,
     ExperienceBuffer,
     ReservationRevokedError,
@@ -152,7 +152,7 @@ def test_room_for_part_of_a_batch_is_granted_after_a_while_so_the_trainer_is_not
     needs a 4th for the step that would admit a whole batch of the other explorer (2
     groups). The bound leaves room for 1: after WAITER_SECONDS it is granted, and
     the explorer writes 1 of its 2 groups (the CI deadlock of 2026-11-26)."""
-    from agentgym.rollout import experience_buffer
+    from agentgym.job import buffer as experience_buffer
 
     clock = [1000.0]
     monkeypatch.setattr(experience_buffer.time, "time", lambda: clock[0])

@@ -2,7 +2,7 @@
 filesystem (Trinity-RFT's ``buffer.storage_type: queue`` and ``synchronizer.sync_method:
 memory``).
 
-* :class:`RayExperienceBuffer`: the :class:`~agentgym.rollout.experience_buffer.ExperienceBuffer`
+* :class:`RayExperienceBuffer`: the :class:`~agentgym.job.buffer.ExperienceBuffer`
   inside a named, detached Ray actor whose SQLite file lives on the actor's node.
   Ray restarts the actor when it dies (``max_restarts=-1``) and retries the calls it
   was serving (``max_task_retries=-1``); the restarted actor reopens the same file,
@@ -32,14 +32,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentgym.errors import ConfigError
+from agentgym.job.buffer import ExperienceBuffer, ExplorerRecord
+from agentgym.job.published_weights import Published, WeightsGoneError
 from agentgym.rollout.backends.buckets import (
     DEFAULT_BUCKET_BYTES,
     WeightBucket,
     chunk_weights,
     pack_bucket,
 )
-from agentgym.rollout.experience_buffer import ExperienceBuffer, ExplorerRecord
-from agentgym.rollout.published_weights import Published, WeightsGoneError
 from agentgym.trajectory import Trajectory
 
 if TYPE_CHECKING:

@@ -49,7 +49,7 @@ from agentgym.trajectory import Trajectory
 if TYPE_CHECKING:
     from typing import TypeAlias
 
-    from agentgym.rollout.ray_job import RayExperienceBuffer
+    from agentgym.job.ray_job import RayExperienceBuffer
 
     JobBuffer: TypeAlias = "ExperienceBuffer | RayExperienceBuffer"
     """A job's buffer: this process's SQLite connection, or the job's Ray actor."""

@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 import torch
 
+from agentgym.derived import staleness_versions
 from agentgym.errors import ConfigError
-from agentgym.explore import _sync
-from agentgym.job import staleness_versions
-from agentgym.rollout.buffer_source import BufferSource
-from agentgym.rollout.experience_buffer import ExperienceBuffer
-from agentgym.rollout.published_weights import FolderChannel, WeightPublisher
-from agentgym.rollout.sync_schedule import SyncSchedule
+from agentgym.job.buffer import ExperienceBuffer
+from agentgym.job.buffer_source import BufferSource
+from agentgym.job.explore import _sync
+from agentgym.job.published_weights import FolderChannel, WeightPublisher
+from agentgym.job.schedule import SyncSchedule
 from agentgym.schema import validate
-from tests.rollout.test_experience_buffer import group, put
+from tests.job.test_experience_buffer import group, put
 from tests.test_config import composed
 
 
@@ -111,14 +111,15 @@ class Trainer:
         )
         self.root = root
 
-    async def update(self) -> None:
-        await self.publisher.update_weights(self.weights.items())
+    def export(self) -> Any:
+        """The trainer's weights as they are when a publication exports them."""
+        return self.weights.items()
 
     async def step(self, step: int, *, changed: bool = True) -> None:
         await self.source.next_batch(step)
         if changed:
             self.weights["w"] = self.weights["w"] + 1
-            await self.source.update_weights(self.update, timeout=20)
+            await self.source.update_weights(self.export, timeout=20)
         else:
             self.source.skip_update()
 
@@ -207,7 +208,7 @@ def explorer(root: Path, buffer: ExperienceBuffer, schedule: SyncSchedule) -> An
         name="e",
         buffer=buffer,
         weights=FolderChannel(root),
-        backend=Engine(),
+        train=SimpleNamespace(backend=Engine()),
         schedule=schedule,
     )
 
@@ -232,7 +233,7 @@ def test_fixed_waits_for_the_next_version_when_the_trainer_has_its_groups(
     later.start()
     synced = _sync(parts, loop, loaded, print)
     assert synced.version == 1 and time.monotonic() - started >= 0.5
-    assert parts.backend.loaded == [1.0]
+    assert parts.train.backend.loaded == [1.0]
     loop.close()
 
 
@@ -251,5 +252,5 @@ def test_explorer_driven_asks_and_goes_on_without_waiting(tmp_path: Path) -> Non
     publisher.publish(1, {"w": torch.ones(1)}.items())
     assert _sync(parts, loop, loaded, print).version == 1
     assert not buffer.sync_requested(0)
-    assert parts.backend.loaded == [1.0]
+    assert parts.train.backend.loaded == [1.0]
     loop.close()

@@ -1,10 +1,10 @@
 """``mode: explore``: the explorer's half of a decoupled job (Trinity-RFT's explorer).
 
 It builds the envs and the engines only, and loops: load the newest weights the
-trainer published (:mod:`~agentgym.rollout.published_weights`), validate them every
+trainer published (:mod:`~agentgym.job.published_weights`), validate them every
 ``eval_steps`` versions, reserve a batch within the staleness bound, play it, and
 write its complete groups to the experience buffer with the seed cursor after them
-(:mod:`~agentgym.rollout.experience_buffer`). A restarted explorer takes up its
+(:mod:`~agentgym.job.buffer`). A restarted explorer takes up its
 cursor from the buffer, so it replays the seeds of a batch it had not finished and
 writes no group twice. It ends when the trainer has published its last version.
 """
@@ -18,19 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentgym.rollout.backends.base import GenerationBackend
-from agentgym.rollout.chat import ChatTokenizer
-from agentgym.rollout.env_manager import EnvManager
-from agentgym.rollout.experience_buffer import ReservationRevokedError
-from agentgym.rollout.loop import RolloutConfig, collect
-from agentgym.rollout.published_weights import Published, WeightChannel, WeightsGoneError
-from agentgym.rollout.sync_schedule import SyncSchedule
+from agentgym.job.buffer import ReservationRevokedError
+from agentgym.job.published_weights import Published, WeightChannel, WeightsGoneError
+from agentgym.job.schedule import SyncSchedule
+from agentgym.rollout.evaluation import evaluate
+from agentgym.rollout.loop import collect
+from agentgym.rollout.source import Rollout
 from agentgym.trainers.tracking import Tracker
 from agentgym.trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from agentgym.rollout.experience_buffer import JobBuffer
-    from agentgym.schema import TrainConfig
+    from agentgym.job.buffer import JobBuffer
 
 _T = TypeVar("_T")
 
@@ -44,19 +42,17 @@ class WeightsTimeoutError(TimeoutError):
 
 @dataclass
 class ExplorerParts:
-    """What an explorer runs on, built by :func:`agentgym.builders.build_explorer`."""
+    """What an explorer runs on, built by :func:`agentgym.build.explore.build_explorer`."""
 
     name: str
     job_dir: Path
     buffer: JobBuffer
     weights: WeightChannel
     """Where the trainer publishes weights (``synchronizer.sync_method``)."""
-    backend: GenerationBackend
-    chat: ChatTokenizer
-    train_manager: EnvManager
-    val_manager: EnvManager
-    train_rollout: RolloutConfig
-    val_rollout: RolloutConfig
+    train: Rollout
+    """The episodes this explorer writes to the buffer."""
+    val: Rollout | None
+    """The validation episodes (None: ``eval_steps`` is 0)."""
     tracker: Tracker
     ratio: float
     """The staleness bound in versions."""
@@ -81,9 +77,9 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
     loop = asyncio.new_event_loop()
     record = parts.buffer.join(parts.name)
     if record.cursor is not None:
-        parts.train_manager.load_state_dict(record.cursor)
+        parts.train.manager.load_state_dict(record.cursor)
         log(f"explorer {parts.name}: resumed at group {record.next_seq}")
-    played = synced_after = record.next_seq // parts.train_manager.batch_groups
+    played = synced_after = record.next_seq // parts.train.manager.batch_groups
     validated: set[int] = set()
     batches = 0
     last_line = time.monotonic()
@@ -104,7 +100,7 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
                     _validate(parts, loop, loaded.version)
                 log(f"explorer {parts.name}: the trainer finished at version {last}")
                 return batches
-            groups = parts.train_manager.batch_groups
+            groups = parts.train.manager.batch_groups
             granted = parts.buffer.reserve(
                 parts.name,
                 groups,
@@ -134,10 +130,10 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
                 _heartbeats(
                     parts,
                     collect(
-                        parts.train_manager,
-                        parts.backend,
-                        parts.chat,
-                        parts.train_rollout,
+                        parts.train.manager,
+                        parts.train.backend,
+                        parts.train.chat,
+                        parts.train.config,
                         policy_version=loaded.version,
                     ),
                 )
@@ -152,7 +148,7 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
                 written = parts.buffer.write(
                     parts.name,
                     played_groups[:granted],
-                    cursor=dict(parts.train_manager.state_dict()),
+                    cursor=dict(parts.train.manager.state_dict()),
                 )
             except ReservationRevokedError as error:
                 log(f"{error}; playing on")
@@ -175,7 +171,7 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
                     loaded, synced_after = newer, played
     finally:
         try:
-            loop.run_until_complete(parts.backend.close())  # on the loop it served on
+            loop.run_until_complete(parts.train.backend.close())  # on the loop it served on
         finally:
             try:
                 parts.close()
@@ -205,7 +201,7 @@ def _load(
             yield entry
 
     try:
-        loop.run_until_complete(parts.backend.update_weights(counted()))
+        loop.run_until_complete(parts.train.backend.update_weights(counted()))
     except WeightsGoneError as gone:
         gone.partial = arrived > 0  # the engines hold part of it: load a whole version
         raise
@@ -328,14 +324,10 @@ def _wait_for_weights(parts: ExplorerParts, log: Callable[[str], None]) -> Publi
 
 
 def _validate(parts: ExplorerParts, loop: asyncio.AbstractEventLoop, version: int) -> None:
-    result = loop.run_until_complete(
-        collect(
-            parts.val_manager, parts.backend, parts.chat, parts.val_rollout, policy_version=version
-        )
-    )
-    metrics = {f"val/{key}": value for key, value in result.metrics.items()}
-    metrics["val/policy_version"] = float(version)
-    parts.tracker.log(metrics, version)
+    if parts.val is None:
+        return
+    played = loop.run_until_complete(evaluate(parts.val, version=version))
+    parts.tracker.log(played.metrics, version)
 
 
 def _groups(trajectories: list[Trajectory]) -> list[list[Trajectory]]:
@@ -346,77 +338,7 @@ def _groups(trajectories: list[Trajectory]) -> list[list[Trajectory]]:
     return list(groups.values())
 
 
-def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerParts:
-    """``mode: explore``'s parts: the envs, the engines and a tracker (no strategy)."""
-    import yaml
-    from transformers import AutoTokenizer
-
-    from agentgym.builders import (
-        backend_name,
-        check_envs,
-        cluster,
-        env_manager,
-        model_path,
-        rollout_config,
-        run_engines,
-    )
-    from agentgym.config_checks import sync_schedule
-    from agentgym.fileio import write_atomic
-    from agentgym.job import experience_buffer, job_dir, staleness_versions, weight_channel
-    from agentgym.trainers.run_state import RUN_CONFIG
-    from agentgym.trainers.tracking import CONSOLE_LOG_FILE, make_tracker
-
-    check_envs(config)
-    path = model_path(config)
-    workers = cluster(config)
-    output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    closers: list[Callable[[], Any]] = [workers.shutdown]
-    try:
-        backend = run_engines(config, path, output_dir, workers)
-        train_manager = env_manager(config.train_env_manager, config, cluster=workers)
-        val_manager = env_manager(config.val_env_manager, config, cluster=workers, fixed_seeds=True)
-        closers[:0] = [train_manager.close, val_manager.close]
-        write_atomic(output_dir / RUN_CONFIG, yaml.safe_dump(resolved, sort_keys=False))
-        tracker = make_tracker(
-            ["stdout", *(kind for kind in config.track_with if kind != "stdout")],
-            logging_dir=config.logging_dir,
-            exp_name=f"{config.exp_name}-{config.explorer.name}",
-            config=resolved,
-            tracker_kwargs=config.tracker_kwargs,
-            console_log=output_dir / CONSOLE_LOG_FILE,
-        )
-        closers.insert(0, tracker.close)
-    except BaseException:
-        _close_all(closers)
-        raise
-    print(
-        f"mode=explore: explorer {config.explorer.name}, job folder {job_dir(config)}; "
-        f"generation backend: {backend_name(config)}; model: {path}",
-        flush=True,
-    )
-    return ExplorerParts(
-        name=config.explorer.name,
-        job_dir=job_dir(config),
-        buffer=experience_buffer(config),
-        weights=weight_channel(config),
-        backend=backend,
-        chat=ChatTokenizer(AutoTokenizer.from_pretrained(str(path))),
-        train_manager=train_manager,
-        val_manager=val_manager,
-        train_rollout=rollout_config(config),
-        val_rollout=rollout_config(config, validation=True),
-        tracker=tracker,
-        ratio=staleness_versions(config),
-        schedule=sync_schedule(config),
-        eval_steps=config.eval_steps,
-        eval_on_startup=config.validation.on_startup,
-        sync_timeout=config.synchronizer.sync_timeout,
-        close=lambda: _close_all(closers),
-    )
-
-
-def _close_all(closers: list[Callable[[], Any]]) -> None:
+def close_all(closers: list[Callable[[], Any]]) -> None:
     """Call every closer, in order, whatever the others did; raise the first error."""
     errors = []
     for close in closers:

@@ -9,9 +9,9 @@ Two channels (``synchronizer.sync_method``):
   Folders are written under a temporary name and renamed, and ``LATEST.json`` is
   replaced atomically, so a reader never sees a partial version; the newest
   :data:`KEEP` folders are kept. Needs a filesystem every process reaches.
-* ``memory`` (:class:`agentgym.rollout.ray_job.MemoryChannel`): the newest weights in
+* ``memory`` (:class:`agentgym.job.ray_job.MemoryChannel`): the newest weights in
   a Ray actor's memory (Trinity-RFT's ``memory``): no shared filesystem.
-* ``nccl`` (:class:`agentgym.rollout.collective_weights.CollectiveChannel`): from the
+* ``nccl`` (:class:`agentgym.job.collective_weights.CollectiveChannel`): from the
   trainer's device to each explorer's over a process group per transfer.
 
 A version that changed no weights points at the weights of the one before it (the
@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from agentgym.fileio import write_json_atomic
 
@@ -158,8 +158,8 @@ class FolderChannel:
 
 
 class WeightPublisher:
-    """The trainer's "engine" in ``mode: train``: each :meth:`update_weights` publishes
-    the next version on the job's channel.
+    """Where ``mode: train``'s trainer sends its weights: each :meth:`update_weights`
+    publishes the next version on the job's channel.
 
     Args:
         channel: Where the job's weights are published.
@@ -176,10 +176,6 @@ class WeightPublisher:
         self.upcoming: int | None = None
         """The version the next :meth:`update_weights` publishes (None: the next one)."""
         self.last_bytes = 0
-
-    async def generate(self, *args: Any, **kwargs: Any) -> Any:
-        """The trainer process generates nothing."""
-        raise RuntimeError("mode=train generates nothing: its explorers do")
 
     async def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Publish ``weights`` as version :attr:`upcoming` (else the next one)."""

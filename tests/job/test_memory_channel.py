@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from agentgym.rollout.published_weights import WeightsGoneError
+from agentgym.job.published_weights import WeightsGoneError
 
 pytestmark = pytest.mark.ray
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.ray
 def ray_instance() -> Iterator[Any]:
     import ray
 
-    from agentgym.rollout.ray_job import NAMESPACE
+    from agentgym.job.ray_job import NAMESPACE
 
     ray.init(num_cpus=1, namespace=NAMESPACE, log_to_driver=False, include_dashboard=False)
     try:
@@ -40,7 +40,7 @@ def weights(seed: int) -> dict[str, torch.Tensor]:
 
 
 def test_weights_travel_in_buckets_and_come_back_equal(ray_instance: Any) -> None:
-    from agentgym.rollout.ray_job import MemoryChannel, remove_job_actors
+    from agentgym.job.ray_job import MemoryChannel, remove_job_actors
 
     channel = MemoryChannel("t/buckets", bucket_bytes=4096)  # 4 KiB: three buckets
     try:
@@ -70,9 +70,9 @@ def test_weights_travel_in_buckets_and_come_back_equal(ray_instance: Any) -> Non
 
 
 def test_a_publication_missing_a_bucket_does_not_take_effect() -> None:
+    from agentgym.job.published_weights import Published
+    from agentgym.job.ray_job import WeightsActor
     from agentgym.rollout.backends.buckets import chunk_weights, pack_bucket
-    from agentgym.rollout.published_weights import Published
-    from agentgym.rollout.ray_job import WeightsActor
 
     actor = WeightsActor()
     buckets = [pack_bucket(i, run) for i, run in enumerate(chunk_weights(weights(0).items(), 4096))]

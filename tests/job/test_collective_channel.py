@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from agentgym.rollout.collective_weights import CollectiveChannel
-from agentgym.rollout.published_weights import Published, WeightsGoneError
+from agentgym.job.collective_weights import CollectiveChannel
+from agentgym.job.published_weights import Published, WeightsGoneError
 
 BUCKET = 600  # bytes: the weights below need several buckets
 
@@ -163,7 +163,7 @@ def test_the_replaced_version_is_let_go_before_the_new_one_is_packed(
 ) -> None:
     import weakref
 
-    from agentgym.rollout import collective_weights
+    from agentgym.job import collective_weights
 
     trainer.store(1, weights(1.0), 1)
     assert trainer._server is not None and trainer._server.snapshot is not None

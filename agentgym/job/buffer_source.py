@@ -1,7 +1,7 @@
 """The trainer's side of ``mode: train``: a :class:`~agentgym.rollout.source.RolloutSource`
 that takes each step's batch from the experience buffer that explorer processes fill
-(:mod:`~agentgym.rollout.experience_buffer`) and publishes each weight update for them
-(:mod:`~agentgym.rollout.published_weights`).
+(:mod:`~agentgym.job.buffer`) and publishes each weight update for them
+(:mod:`~agentgym.job.published_weights`).
 
 Nothing generates in this process: the update runs in this thread, and validation is
 the explorers' (``mode: explore`` validates each version it loads, every
@@ -15,16 +15,16 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from agentgym.job.buffer import ExplorerRecord
+from agentgym.job.published_weights import WeightPublisher
+from agentgym.job.schedule import SyncSchedule
 from agentgym.rollout.async_rollout import bounded_update, staleness_metrics
-from agentgym.rollout.experience_buffer import ExplorerRecord
 from agentgym.rollout.metrics import rollout_metrics
-from agentgym.rollout.published_weights import WeightPublisher
-from agentgym.rollout.source import StepRollout
-from agentgym.rollout.sync_schedule import SyncSchedule
+from agentgym.rollout.source import StepRollout, WeightExport
 from agentgym.trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from agentgym.rollout.experience_buffer import JobBuffer
+    from agentgym.job.buffer import JobBuffer
 
 _T = TypeVar("_T")
 
@@ -41,11 +41,11 @@ class BufferSource:
 
     Args:
         buffer: The job's experience buffer.
-        publisher: Publishes each weight update (the recipe's backend in this mode).
+        publisher: Publishes each weight update for the explorers.
         groups_per_step: Groups a step trains (``train_env_manager.env_groups``).
         ratio: The staleness bound in versions (for the ``async/staleness_*`` metrics).
         schedule: When the trainer publishes (every ``sync_interval`` steps, or when an
-            explorer asks: :class:`~agentgym.rollout.sync_schedule.SyncSchedule`).
+            explorer asks: :class:`~agentgym.job.schedule.SyncSchedule`).
         last_step: The run's last step (always published: explorers end on it).
         max_read_timeout: Seconds a step may wait for its groups before the run fails.
         explorer_timeout: Seconds an explorer holding slots a step waits for may be
@@ -80,8 +80,10 @@ class BufferSource:
         self.poll_seconds = poll_seconds
         self.log = log
         self._step = 0
-        self._update: Callable[[], Awaitable[None]] | None = None
-        """The last update: it sends the trainer's current weights when called again."""
+        self._weights: WeightExport | None = None
+        """The trainer's weights: exported again at each publication."""
+        self._finished = False
+        """Whether the run's last step is trained and checkpointed."""
         self._unpublished: int | None = None
         """The newest step whose weights changed and are not published yet."""
         self._owed: int | None = None
@@ -157,12 +159,10 @@ class BufferSource:
             return "no explorer has joined yet"
         return "explorers: " + ", ".join(_heard(record) for record in explorers)
 
-    async def update_weights(
-        self, update: Callable[[], Awaitable[None]], *, timeout: float
-    ) -> dict[str, float]:
-        """Publish the update (``update`` sends the weights to the publisher) when the
-        sync schedule says so; else keep it for the next publication."""
-        self._update, self._timeout = update, timeout
+    async def update_weights(self, weights: WeightExport, *, timeout: float) -> dict[str, float]:
+        """Publish the trainer's ``weights`` when the sync schedule says so; else keep
+        them for the next publication."""
+        self._weights, self._timeout = weights, timeout
         self._unpublished = self._step
         seconds = await self._publish(self._step) if self._due() else 0.0
         return {
@@ -193,11 +193,20 @@ class BufferSource:
 
     async def _publish(self, step: int) -> float:
         """Send the trainer's current weights (those of ``step``) as version ``step``."""
-        assert self._update is not None
+        assert self._weights is not None
         self.publisher.upcoming = step
-        seconds = await bounded_update(self._update, self.publisher, timeout=self._timeout)
+        seconds = await self.send_weights(self._weights, timeout=self._timeout)
         self._unpublished = self._owed = None
         return seconds
+
+    async def send_weights(self, weights: WeightExport, *, timeout: float) -> float:
+        """Publish ``weights`` (on a resume from step ``S``: as version ``S``), bounded by
+        ``timeout``; the seconds it took."""
+
+        async def publish() -> None:
+            await self.publisher.update_weights(weights())
+
+        return await bounded_update(publish, self.publisher, timeout=timeout)
 
     async def paused(self, work: Callable[[], Awaitable[_T]]) -> _T:
         """Nothing generates here."""
@@ -211,18 +220,28 @@ class BufferSource:
         """The buffer's state is its own (leases by step); nothing to add."""
         return {}
 
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The buffer keeps its own state (:meth:`start` settles it)."""
+
     def checkpointed(self, step: int) -> None:
         """The checkpoint of ``step`` is written: its groups are consumed."""
         self.buffer.commit(step)
+        self._finished = step >= self.last_step
 
     async def close(self) -> None:
-        """Publish what a skipped last step owes, and close this process's connection
-        to the buffer."""
+        """Publish what a skipped last step owes; once the last step is trained, tell
+        the explorers the last version (they end on it); close this process's
+        connection to the buffer and the weight channel."""
         try:
             if self._owed is not None:
                 await self._publish(self._owed)
+            if self._finished:
+                self.publisher.finish(self.last_step)
         finally:
-            self.buffer.close()
+            try:
+                self.buffer.close()
+            finally:
+                await self.publisher.close()
 
 
 def _heard(record: ExplorerRecord) -> str:
