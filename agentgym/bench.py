@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -26,11 +27,17 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from agentgym.build.model import model_path
+from agentgym.console import echo
 from agentgym.errors import ConfigError
+from agentgym.eval import play, print_report, resolve_model
 from agentgym.fileio import write_atomic, write_json_atomic
-from agentgym.schema import TrainConfig
+from agentgym.plot import plot_curves
+from agentgym.rollout.metrics import failure_report
+from agentgym.schema import TrainConfig, validate
 from agentgym.trainers.checkpoint import CHECKPOINT_PREFIX, is_complete, latest_checkpoint
 from agentgym.trainers.run_state import RUN_CONFIG
+from agentgym.trainers.tracking import METRICS_FILE, make_tracker
 
 BENCH_DIR = "bench"
 """The folder of the run's ``output_dir`` where bench writes its table, plot and log."""
@@ -139,10 +146,6 @@ def candidates(
     Raises:
         ConfigError: When ``output_dir`` holds no complete checkpoint.
     """
-    from agentgym.build.model import model_path
-    from agentgym.eval import resolve_model
-    from agentgym.schema import validate
-
     root = output_dir / "checkpoints"
     complete, incomplete = checkpoints(root)
     if not complete:
@@ -234,12 +237,6 @@ def bench(config: TrainConfig, given: Iterable[str] = ()) -> list[BenchRow]:
     Raises:
         ConfigError: When the run has no complete checkpoint.
     """
-    from agentgym.console import echo
-    from agentgym.eval import play, print_report
-    from agentgym.plot import plot_curves
-    from agentgym.rollout.metrics import failure_report
-    from agentgym.trainers.tracking import make_tracker
-
     output_dir = Path(config.output_dir).expanduser()
     folder = output_dir / BENCH_DIR
     log = folder / "bench.log"
@@ -296,11 +293,6 @@ def bench(config: TrainConfig, given: Iterable[str] = ()) -> list[BenchRow]:
 
 def run_bench(config: TrainConfig, given: Iterable[str], started: float) -> None:
     """``mode: bench`` from ``python -m agentgym.train``: :func:`bench` and where things are."""
-    import time
-
-    from agentgym.console import echo
-    from agentgym.trainers.tracking import METRICS_FILE
-
     rows = bench(config, given)
     log = Path(config.output_dir).expanduser() / BENCH_DIR / "bench.log"
     echo(f"benched {len(rows)} models in {time.perf_counter() - started:.0f} s", log)

@@ -244,9 +244,9 @@ def check_decoupled(config: TrainConfig) -> None:
         if value not in built:
             raise ConfigError(f"{key}={value!r} is not one of {[*built, *unbuilt]}")
     if config.synchronizer.sync_method == "nccl":
-        import torch
+        import torch  # only for nccl: the schema's import stays without torch
 
-        from agentgym.job.collective_weights import collective_backend
+        from agentgym.job.collective_weights import collective_backend  # imports torch
 
         try:
             backend = collective_backend()
@@ -264,7 +264,7 @@ def check_decoupled(config: TrainConfig) -> None:
                 "with distributed=ray its ranks' weights reach the driver on the host, which "
                 "NCCL cannot send; use distributed=local, or sync_method checkpoint or memory"
             )
-        from agentgym.trainers.ranks import group_backend
+        from agentgym.trainers.ranks import group_backend  # imports torch
 
         device = {"device": device_type(config.model.device)}
         name = str(config.actor_train.strategy_args.strategy_name)

@@ -36,19 +36,21 @@ from omegaconf import DictConfig, OmegaConf
 
 from agentgym.build.engines import generation_backend
 from agentgym.build.rollouts import val_rollout
+from agentgym.command_line import open_mapping_overrides, register_env_configs
 from agentgym.derived import backend_name
 from agentgym.envs.adapter import make_text_env
 from agentgym.envs.scripted import AGENTS
 from agentgym.envs.text_env import TextEnv
 from agentgym.errors import ConfigError, check_choice
+from agentgym.models.tiny import build_tokenizer
 from agentgym.rollout.backends import GenerationBackend
+from agentgym.rollout.backends.scripted import ScriptedBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.evaluation import evaluate
 from agentgym.rollout.loop import RolloutResult
 from agentgym.rollout.metrics import failure_report
 from agentgym.rollout.render import dump_trajectories, render_trajectories
 from agentgym.schema import TrainConfig, validate
-from agentgym.train import open_mapping_overrides, register_env_configs
 from agentgym.trainers.checkpoint import latest_checkpoint
 from agentgym.trainers.run_state import RUN_CONFIG
 
@@ -179,8 +181,6 @@ def eval_config(cfg: DictConfig, run: dict[str, Any] | None, given: set[str]) ->
 
 def scripted_tokenizer(env: TextEnv) -> Any:
     """A small tokenizer for scripted agents, trained on the env's own text."""
-    from agentgym.models.tiny import build_tokenizer
-
     observation, _ = env.reset(seed=0)
     corpus = [env.instructions, observation] * 4
     template = "qwen2.5" if env.tools else "chatml"
@@ -191,8 +191,6 @@ def build_policy(
     cfg: DictConfig, config: TrainConfig, model: Path | None
 ) -> tuple[GenerationBackend, Any, str]:
     """The backend, its tokenizer, and a description of the policy."""
-    from agentgym.rollout.backends.scripted import ScriptedBackend
-
     agent = check_choice("agent", str(cfg.agent), POLICIES)
     if agent == "auto":
         agent = "model" if model is not None else "solver"

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from agentgym.train import main as train_main
+
 
 def arguments(argv: Sequence[str]) -> list[str]:
     """``python -m agentgym.train``'s arguments for ``agentgym run`` with ``argv``.
@@ -41,7 +43,5 @@ def arguments(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``agentgym run``."""
-    from agentgym.train import main as train_main
-
     sys.argv[1:] = arguments(sys.argv[1:] if argv is None else argv)
     train_main()

@@ -1,90 +1,29 @@
 """Train a policy with GRPO: ``python -m agentgym.train env=sokoban``.
 
-The entry point only: the command line is checked (a misspelled key gets a
-close match before Hydra composes anything), the composed config is validated
-by :mod:`agentgym.schema`, :mod:`agentgym.builders` makes the parts, and
-:func:`agentgym.trainers.grpo.train` runs the recipe.
+The entry point only: the command line is checked (:mod:`agentgym.command_line`: a
+misspelled key gets a close match before Hydra composes anything), the composed config
+is translated (ROLL's and Trinity-RFT's files, the machine, the planner) and validated
+by :mod:`agentgym.schema`, and :mod:`agentgym.runs` runs its mode.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-import agentgym
 from agentgym import stopping
-from agentgym.errors import ConfigError, did_you_mean
+from agentgym.command_line import check_overrides, register_env_configs
+from agentgym.errors import ConfigError
 from agentgym.formats.fit import fit_to_machine
 from agentgym.formats.roll import from_roll, interpolated_keys, is_roll_config
 from agentgym.formats.trinity import trinity_arguments
 from agentgym.plan.auto import planned, strategy_block, wants_plan
 from agentgym.plan.command import table
-from agentgym.schema import OPEN_MAPPINGS, TrainConfig, known_paths, validate
-
-CONFIG_GROUPS = ("env", "model", "generation", "strategy", "tracker")
-
-
-def register_env_configs() -> None:
-    """Give every registered env without a ``configs/env/*.yaml`` a default config
-    entry, so that ``env=<plugin name>`` works for entry-point plugins too."""
-    store = ConfigStore.instance()
-    shipped = {p.stem for p in (Path(__file__).parent / "configs" / "env").glob("*.yaml")}
-    for name in agentgym.list_envs():
-        if name not in shipped:
-            store.store(group="env", name=name, node={"name": name, "kwargs": {}})
-
-
-def open_mapping_overrides(arguments: Sequence[str]) -> list[str]:
-    """Keys under free-form mappings (``env.kwargs.*``, ``strategy_config.*``, ...)
-    become ``++key=value``, so a new constructor argument needs no ``+``."""
-    opened = []
-    for argument in arguments:
-        key, equals, value = argument.partition("=")
-        bare = key.lstrip("+~")
-        if equals and not key.startswith("~") and bare.startswith(OPEN_PREFIXES):
-            opened.append(f"++{bare}={value}")
-        else:
-            opened.append(argument)
-    return opened
-
-
-OPEN_PREFIXES = tuple(f"{prefix}." for prefix in OPEN_MAPPINGS)
-
-
-def check_overrides(arguments: Sequence[str]) -> list[str]:
-    """Check the command line's ``key=value`` overrides against the schema.
-
-    Keys under free-form mappings (``env.kwargs.*``, ``strategy_config.*``, ...)
-    become ``++key=value``, so a new constructor argument needs no ``+``. With a
-    config file of one's own (``--config-name``/``-cn``: one of ROLL's agentic
-    files, say) the keys are that file's (``custom_envs.*``); they are checked
-    once the file is translated and validated (:func:`check`), not here.
-
-    Returns:
-        The arguments to hand to Hydra.
-
-    Raises:
-        ConfigError: On an unknown key, with the closest known key.
-    """
-    if any(a in ("--config-name", "-cn") or a.startswith("--config-name=") for a in arguments):
-        return open_mapping_overrides(arguments)
-    known = set(known_paths())
-    for argument in arguments:
-        key, equals, _ = argument.partition("=")
-        bare = key.lstrip("+~")
-        if argument.startswith("-") or not equals or "@" in bare or bare.startswith("hydra"):
-            continue
-        if bare not in CONFIG_GROUPS and bare not in known and not bare.startswith(OPEN_PREFIXES):
-            hint = did_you_mean(bare, known) or did_you_mean(bare.split(".")[-1], known)
-            raise ConfigError(f"unknown key {bare!r} in {argument!r}.{hint}")
-    return open_mapping_overrides(arguments)
+from agentgym.schema import TrainConfig, validate
 
 
 def check(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any]]:
@@ -127,134 +66,24 @@ def check(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any]]:
     return validate(resolved), resolved
 
 
-def resume_state(config: TrainConfig) -> dict[str, Any] | None:
-    """The trainer state of the checkpoint a resume will load (None when not resuming).
-
-    Raises:
-        ConfigError: When resuming and there is no checkpoint, saying what to pass.
-    """
-    from agentgym.trainers.run_state import find_checkpoint
-
-    if config.resume_from_checkpoint is False:
-        return None
-    try:
-        return find_checkpoint(
-            Path(config.output_dir) / "checkpoints", config.resume_from_checkpoint
-        )[1]
-    except FileNotFoundError as error:
-        raise ConfigError(str(error)) from None
-
-
 def run(cfg: DictConfig) -> None:
-    """Check the config, build the parts, train, and print the end-of-run summary.
-
-    Ctrl-C or SIGTERM, in any phase, ends it with one line on stderr (where it
-    stopped, how to go on: :mod:`agentgym.stopping`) and exit code 130 or 143.
-    """
-    from agentgym.build.model import apply_system_envs
-    from agentgym.build.train import build_train
-    from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
-    from agentgym.plot import plot_validation, read_metrics
-    from agentgym.trainers.grpo import train
-    from agentgym.trainers.tracking import CONSOLE_LOG_FILE, METRICS_FILE
-
+    """Check the config, then run its mode (:func:`agentgym.runs.run_mode`)."""
     started = time.perf_counter()
     config, resolved = check(cfg)
-    apply_system_envs(config)
-    if config.mode == "explore":
-        run_explorer(config, resolved, started)
-        return
-    if config.mode == "bench":  # evaluate a finished run's checkpoints (docs/bench.md)
-        from agentgym.bench import run_bench
-        from agentgym.eval import given_keys
+    # the training stack (torch, transformers, the engines) loads once the config is
+    # checked, so that a config error comes in seconds
+    from agentgym.runs import run_mode
 
-        run_bench(config, given_keys(), started)
-        return
-    state = resume_state(config)
-    output_dir = Path(config.output_dir)
-    stopping.describe(
-        stopping.Run(
-            output_dir=str(config.output_dir),
-            arguments=tuple(sys.argv[1:]),
-            start_step=int(state["step"]) if state else 0,
-            console_log=output_dir / CONSOLE_LOG_FILE,
-        )
-    )
-    try:
-        with library_logs(output_dir / LIBRARY_LOG_FILE) as library:
-            grpo, parts = build_train(
-                config,
-                resolved,
-                resume_run_id=state.get("tracker_run_id") if state else None,
-                resume_step=int(state["step"]) if state else None,
-            )
-            train(grpo, parts, resume=config.resume_from_checkpoint)
-    except KeyboardInterrupt as interrupt:  # TrainingInterruptedError, or before train()
-        sys.exit(stopping.report(interrupt))
-    log = output_dir / CONSOLE_LOG_FILE
-    metrics_file = Path(config.logging_dir) / METRICS_FILE
-    success = read_metrics(metrics_file, ["val/all/success"])["val/all/success"]
-    if success:
-        (first_step, first), (last_step, last) = success[0], success[-1]
-        echo(
-            f"validation success: {first:.3f} at step {first_step:g} -> "
-            f"{last:.3f} at step {last_step:g} ({(last - first) * 100:+.1f} points)",
-            log,
-        )
-    echo(f"finished in {time.perf_counter() - started:.0f} s; output: {output_dir}", log)
-    echo(f"metrics: {metrics_file}", log)
-    plot = plot_validation(metrics_file, output_dir / "validation.png")
-    if plot is not None:
-        echo(f"plot: {plot}", log)
-    echo(f"checkpoints: {parts.checkpoint_dir}", log)
-    if parts.render_dir is not None:
-        echo(f"renders: {parts.render_dir / 'index.html'}", log)
-    echo(library.summary(), log)
-
-
-def run_explorer(config: TrainConfig, resolved: dict[str, Any], started: float) -> None:
-    """``mode: explore``: build the envs and engines, explore until the trainer finishes."""
-    from agentgym.build.explore import build_explorer
-    from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
-    from agentgym.job.explore import explore
-    from agentgym.trainers.tracking import CONSOLE_LOG_FILE, METRICS_FILE
-
-    output_dir = Path(config.output_dir)
-    log = output_dir / CONSOLE_LOG_FILE
-    stopping.describe(
-        stopping.Run(
-            output_dir=str(output_dir),
-            arguments=tuple(sys.argv[1:]),
-            start_step=0,
-            console_log=log,
-        )
-    )
-    try:
-        with library_logs(output_dir / LIBRARY_LOG_FILE) as library:
-            batches = explore(build_explorer(config, resolved))
-    except KeyboardInterrupt as interrupt:
-        sys.exit(stopping.report(interrupt))
-    echo(
-        f"explorer {config.explorer.name}: {batches} batches in "
-        f"{time.perf_counter() - started:.0f} s; output: {output_dir}",
-        log,
-    )
-    echo(f"metrics: {Path(config.logging_dir) / METRICS_FILE}", log)
-    echo(library.summary(), log)
+    run_mode(config, resolved, started)
 
 
 @hydra.main(version_base=None, config_path="configs", config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
-    from agentgym.trainers.batch_prep import RolloutFailedError
-
     try:
         run(cfg)
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         sys.exit(2)
-    except RolloutFailedError as error:
-        print(f"run stopped: {error}", file=sys.stderr)
-        sys.exit(1)
 
 
 def main() -> None:

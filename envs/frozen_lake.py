@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 from gymnasium.envs.toy_text import frozen_lake as gym_frozen_lake
 
-from agentgym.envs.text_env import TextEnv
+from agentgym.envs.text_env import TextEnv, require_reset
 from agentgym.envs.tiles import compose, disc, framed, solid
 
 ACTIONS = ("Left", "Down", "Right", "Up")
@@ -47,8 +47,9 @@ class FrozenLakeEnv(TextEnv):
     """
 
     generator_version: ClassVar[int | None] = 1
-    inline_calls: ClassVar[bool] = True  # a room or a lake: well under a millisecond
     """Raised whenever the same seed would give a different task."""
+    inline_calls: ClassVar[bool] = True
+    """A small lake, made and stepped in pure Python: well under a millisecond a call."""
 
     action_names: ClassVar[tuple[str, ...]] = ACTIONS
     metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
@@ -133,9 +134,7 @@ class FrozenLakeEnv(TextEnv):
 
     @property
     def _lake(self) -> gym_frozen_lake.FrozenLakeEnv:
-        if self.lake is None:
-            raise RuntimeError("call reset() before using the env")
-        return self.lake
+        return require_reset(self.lake)
 
     def solve(self) -> list[str] | None:
         """A shortest list of action names from the current cell to the goal.

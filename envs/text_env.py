@@ -35,7 +35,7 @@ import string
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import gymnasium
 import numpy as np
@@ -56,6 +56,8 @@ MAX_TEXT_LENGTH = 1 << 16
 
 REQUIRED_INFO = ("action_is_valid", "success")
 """Keys every ``reset`` and ``step`` info of an agentgym env carries."""
+
+_T = TypeVar("_T")
 
 
 class EnvContractError(TypeError):
@@ -81,6 +83,24 @@ def check_info(env: gymnasium.Env[Any, Any], info: dict[str, Any], where: str) -
             f"info of reset and step. Let TextEnv.{where} build the info (override the "
             "_parse/_play hooks instead), or add the keys."
         )
+
+
+def require_reset(value: _T | None, before: str = "using the env") -> _T:
+    """An episode's state that ``reset()`` sets (a room, a task, a database).
+
+    Args:
+        value: The state; None until the first ``reset()``.
+        before: What needs it, for the message (``"call reset() before ..."``).
+
+    Returns:
+        ``value``, no longer optional.
+
+    Raises:
+        RuntimeError: If ``value`` is None: a programming error, not model output.
+    """
+    if value is None:
+        raise RuntimeError(f"call reset() before {before}")
+    return value
 
 
 def _checked(method: Callable[..., Any], where: str) -> Callable[..., Any]:

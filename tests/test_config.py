@@ -13,10 +13,10 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from agentgym.command_line import check_overrides, register_env_configs
 from agentgym.config_checks import NOT_YET
 from agentgym.errors import ConfigError
 from agentgym.schema import TrainConfig, known_paths, validate
-from agentgym.train import check_overrides, register_env_configs
 
 register_env_configs()
 

@@ -260,8 +260,8 @@ def test_validation_covers_each_eval_row_once_every_time(
     from omegaconf import OmegaConf
 
     from agentgym.build.rollouts import env_manager
+    from agentgym.command_line import register_env_configs
     from agentgym.schema import validate
-    from agentgym.train import register_env_configs
 
     folder = gsm8k_folder(tmp_path, 8, test_rows=5)
     raw = load_trinity(

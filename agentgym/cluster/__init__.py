@@ -19,6 +19,7 @@ from agentgym.cluster.handles import (
     call_all,
 )
 from agentgym.cluster.placement import PlacementPlan, Slot, WorkerPlacement, plan_placement
+from agentgym.errors import ConfigError, check_choice
 
 __all__ = [
     "DISTRIBUTED",
@@ -157,18 +158,14 @@ def start_cluster(
         ConfigError: On an unknown ``distributed`` value, or a Ray cluster that
             cannot hold ``num_nodes`` × ``num_gpus_per_node``.
     """
-    from agentgym.errors import check_choice
-
     check_choice("distributed", distributed, DISTRIBUTED)
     if distributed == "local":
         if num_nodes != 1:
-            from agentgym.errors import ConfigError
-
             raise ConfigError(
                 f"num_nodes={num_nodes} needs distributed=ray (distributed=local is one process)"
             )
         return LocalCluster(rpc_timeout=rpc_timeout)
-    from agentgym.cluster.ray_cluster import RayCluster
+    from agentgym.cluster.ray_cluster import RayCluster  # the one module that imports ray
 
     return RayCluster(
         address=address,

@@ -76,6 +76,7 @@ from omegaconf import OmegaConf
 
 from agentgym.errors import ConfigError, did_you_mean
 from agentgym.formats.roll_training import gigpo, training_keys
+from agentgym.schema import TrainConfig
 
 MARKERS = ("custom_envs", "custom_env", "env_manager_cls")
 """Top-level keys only ROLL's agentic configs have."""
@@ -360,8 +361,6 @@ def _helpers(data: dict[str, Any], helpers: Collection[str], notes: list[str]) -
     """ROLL's env files define top-level variables only for their own interpolations
     (``default_history_length`` in ``config/step_envs.yaml``); resolved, they are
     read already. A key the schema knows stays, whoever reads it."""
-    from agentgym.schema import TrainConfig
-
     for key in sorted(helpers):
         if key in data and key not in TrainConfig.model_fields:
             value = data.pop(key)

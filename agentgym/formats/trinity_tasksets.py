@@ -28,7 +28,7 @@ def read_taskset(
     """The env that plays ``taskset`` (its workflow, else ``default_workflow``, else
     ``math_workflow``), the task set as that env's ``taskset`` argument, and its row
     count (``where``: its place in the file)."""
-    from agentgym.tasksets import TaskSetError, load_taskset
+    from agentgym.tasksets import TaskSetError, load_taskset  # datasets: only for task sets
 
     workflow = taskset.get("default_workflow_type") or default_workflow or "math_workflow"
     if workflow not in WORKFLOWS:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from agentgym.fileio import write_json_atomic
+from agentgym.rollout.backends.buckets import unshared
 
 if TYPE_CHECKING:
     import torch
@@ -118,8 +119,6 @@ class FolderChannel:
     ) -> None:
         """Write ``tensors`` as folder ``v<version>`` and point ``LATEST.json`` at it."""
         from safetensors.torch import save_file
-
-        from agentgym.rollout.backends.buckets import unshared
 
         folder = self.root / f"v{version:08d}"
         staging = self.root / f".v{version:08d}.partial"

@@ -132,6 +132,7 @@ def build_tiny_model(
     if warm_start is not None and warm_start.steps:
         from transformers import AutoTokenizer
 
+        # the warm start imports the envs, whose registration imports this module
         from agentgym.models.warmstart import build_examples
         from agentgym.models.warmstart import warm_start as train_warm_start
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from agentgym.envs.adapter import make_text_env
 from agentgym.models.templates import TEMPLATES
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -171,6 +172,4 @@ def instruction_lines(names: Iterable[str] = ("sokoban", "frozen_lake")) -> list
 
 
 def _text_env(name: str) -> Any:
-    from agentgym.envs.adapter import make_text_env
-
     return make_text_env(name)

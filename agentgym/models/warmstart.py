@@ -32,6 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from agentgym.envs.adapter import make_text_env
+from agentgym.envs.scripted import format_response
+
 if TYPE_CHECKING:  # torch is imported where the warm start trains: specs need none
     import torch
 
@@ -181,9 +184,6 @@ def demonstrations(
     Raises:
         TypeError: If the env has neither ``solve()`` nor ``oracle_response()``.
     """
-    from agentgym.envs.adapter import make_text_env
-    from agentgym.envs.scripted import format_response
-
     env = make_text_env(name, kwargs)
     oracle = getattr(env, "oracle_response", None)
     solve = getattr(env, "solve", None)
@@ -258,8 +258,6 @@ def build_examples(tokenizer: Any, spec: WarmStartSpec) -> list[Example]:
         ValueError: If ``label_noise_mode`` is ``expected`` and a solver env's
             answers to its actions do not differ in exactly one token.
     """
-    from agentgym.envs.adapter import make_text_env
-
     expected = spec.expected_noise > 0
     examples = []
     for offset, (name, kwargs) in enumerate(sorted(spec.envs.items())):
@@ -305,8 +303,6 @@ def response_tokens(tokenizer: Any, response: str) -> list[int]:
 
 def answer_tokens(tokenizer: Any, action: str, response_format: str) -> list[int]:
     """The answer that plays ``action``, tokenized, the end-of-turn token included."""
-    from agentgym.envs.scripted import format_response
-
     return response_tokens(tokenizer, format_response([action], response_format))
 
 

@@ -18,8 +18,11 @@ import copy
 import os
 from typing import Any
 
+from agentgym.derived import colocated, data_parallel_size
 from agentgym.errors import ConfigError
 from agentgym.plan.search import Devices, Plan, Workload, search
+from agentgym.plan.shapes import load_shape
+from agentgym.schema import validate
 
 AUTO = "auto"
 GIB = 1 << 30
@@ -71,10 +74,8 @@ def planned(resolved: dict[str, Any]) -> tuple[dict[str, Any], list[Plan]]:
     Raises:
         ConfigError: When the strategy is not Megatron's, or no layout fits.
     """
+    # builds the tiny model when no pretrain is given (torch): only with strategy_config=auto
     from agentgym.build.model import model_path
-    from agentgym.derived import colocated, data_parallel_size
-    from agentgym.plan.shapes import load_shape
-    from agentgym.schema import validate
 
     places = _auto_places(resolved)
     draft = copy.deepcopy(resolved)

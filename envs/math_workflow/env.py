@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from agentgym.envs.math_workflow.problems import GENERATOR_VERSION, generate_problems
 from agentgym.envs.math_workflow.reward import SYSTEM_PROMPT, math_reward, reference_answer
 from agentgym.envs.parsing import ParsedResponse, strip_stray_tokens
-from agentgym.envs.text_env import TextEnv, TurnResult
+from agentgym.envs.text_env import TextEnv, TurnResult, require_reset
 from agentgym.tasksets import Task, TaskMix, TaskSet, TaskSetError, load_taskset
 
 _CALCULATOR_NOTE = re.compile(r"<<[^<>]*>>")
@@ -113,9 +113,7 @@ class MathWorkflowEnv(TextEnv):
 
     @property
     def _task(self) -> Task:
-        if self.task is None:
-            raise RuntimeError("call reset() before using the env")
-        return self.task
+        return require_reset(self.task)
 
     def oracle_response(self) -> str:
         """A response in format with the reference's worked solution and final answer."""

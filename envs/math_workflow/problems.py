@@ -23,8 +23,17 @@ def _n(value: int) -> str:
     return f"{value:,}"
 
 
+def _calc(a: int, op: str, b: int, result: int) -> str:
+    """A worked step with GSM8K's calculator note: ``a*b = <<a*b=c>>c``."""
+    return f"{a}{op}{b} = <<{a}{op}{b}={result}>>{result}"
+
+
+def _name_and_item(rng: np.random.Generator) -> tuple[str, str]:
+    return str(rng.choice(NAMES)), str(rng.choice(ITEMS))
+
+
 def _half_as_many(rng: np.random.Generator) -> dict[str, str]:
-    name, item = str(rng.choice(NAMES)), str(rng.choice(ITEMS))
+    name, item = _name_and_item(rng)
     april = 2 * int(rng.integers(5, 60))
     may = april // 2
     total = april + may
@@ -32,14 +41,14 @@ def _half_as_many(rng: np.random.Generator) -> dict[str, str]:
         "question": f"{name} sold {item} to {april} of her friends in April, and then she sold "
         f"half as many {item} in May. How many {item} did {name} sell altogether in April "
         "and May?",
-        "answer": f"{name} sold {april}/2 = <<{april}/2={may}>>{may} {item} in May.\n"
-        f"{name} sold {april}+{may} = <<{april}+{may}={total}>>{total} {item} altogether "
-        f"in April and May.\n#### {_n(total)}",
+        "answer": f"{name} sold {_calc(april, '/', 2, may)} {item} in May.\n"
+        f"{name} sold {_calc(april, '+', may, total)} {item} altogether in April and May.\n"
+        f"#### {_n(total)}",
     }
 
 
 def _change(rng: np.random.Generator) -> dict[str, str]:
-    name, item = str(rng.choice(NAMES)), str(rng.choice(ITEMS))
+    name, item = _name_and_item(rng)
     count, price = int(rng.integers(2, 10)), int(rng.integers(2, 12))
     cost = count * price
     bill = 100 if cost < 100 else 200
@@ -47,14 +56,14 @@ def _change(rng: np.random.Generator) -> dict[str, str]:
     return {
         "question": f"{name} buys {count} packs of {item} at ${price} each and pays with a "
         f"${bill} bill. How much change, in dollars, does {name} get back?",
-        "answer": f"The packs cost {count}*{price} = <<{count}*{price}={cost}>>{cost} dollars.\n"
-        f"So {name} gets {bill}-{cost} = <<{bill}-{cost}={change}>>{change} dollars back.\n"
+        "answer": f"The packs cost {_calc(count, '*', price, cost)} dollars.\n"
+        f"So {name} gets {_calc(bill, '-', cost, change)} dollars back.\n"
         f"#### {_n(change)}",
     }
 
 
 def _boxes_left(rng: np.random.Generator) -> dict[str, str]:
-    name, item = str(rng.choice(NAMES)), str(rng.choice(ITEMS))
+    name, item = _name_and_item(rng)
     per_box, boxes = int(rng.integers(6, 25)), int(rng.integers(3, 12))
     total = per_box * boxes
     given = int(rng.integers(1, total))
@@ -62,8 +71,8 @@ def _boxes_left(rng: np.random.Generator) -> dict[str, str]:
     return {
         "question": f"A box holds {per_box} {item}. {name} has {boxes} full boxes and gives "
         f"away {given} {item}. How many {item} does {name} have left?",
-        "answer": f"{name} has {per_box}*{boxes} = <<{per_box}*{boxes}={total}>>{total} {item}.\n"
-        f"After giving some away, {total}-{given} = <<{total}-{given}={left}>>{left} are left.\n"
+        "answer": f"{name} has {_calc(per_box, '*', boxes, total)} {item}.\n"
+        f"After giving some away, {_calc(total, '-', given, left)} are left.\n"
         f"#### {_n(left)}",
     }
 
@@ -76,9 +85,9 @@ def _wages(rng: np.random.Generator) -> dict[str, str]:
     return {
         "question": f"{name} earns ${wage} an hour and works {hours} hours a day. How many "
         f"dollars does {name} earn in {days} days?",
-        "answer": f"In a day {name} earns {wage}*{hours} = <<{wage}*{hours}={daily}>>{daily} "
-        f"dollars.\nIn {days} days that is {daily}*{days} = <<{daily}*{days}={total}>>{total} "
-        f"dollars.\n#### {_n(total)}",
+        "answer": f"In a day {name} earns {_calc(wage, '*', hours, daily)} dollars.\n"
+        f"In {days} days that is {_calc(daily, '*', days, total)} dollars.\n"
+        f"#### {_n(total)}",
     }
 
 
@@ -90,8 +99,8 @@ def _free_seats(rng: np.random.Generator) -> dict[str, str]:
     return {
         "question": f"A hall has {rows} rows of {per_row} seats. {_n(taken)} seats are taken. "
         "How many seats are free?",
-        "answer": f"The hall has {rows}*{per_row} = <<{rows}*{per_row}={seats}>>{seats} seats.\n"
-        f"So {seats}-{taken} = <<{seats}-{taken}={free}>>{free} seats are free.\n"
+        "answer": f"The hall has {_calc(rows, '*', per_row, seats)} seats.\n"
+        f"So {_calc(seats, '-', taken, free)} seats are free.\n"
         f"#### {_n(free)}",
     }
 

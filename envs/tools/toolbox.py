@@ -1,14 +1,14 @@
 """Tool support for a :class:`~agentgym.envs.text_env.TextEnv`: one response is one turn
 of tool calls or the answer.
 
-A tool env is a plain ``TextEnv`` that owns a :class:`ToolBox` and hands it
-its turns: ``_parse`` is :meth:`ToolBox.parse` and ``_play`` is
-:meth:`ToolBox.play` with the env's scoring function. Each turn the model
-either calls tools (their results come back in ``info["tool_results"]``, one
-string per call, for the rollout to send as ``tool`` messages) or answers,
-which ends the episode with the task's score. The episode is truncated after
-``max_turns`` turns (the env's ``max_steps``), or on the turn that tries to go
-past ``max_tool_calls`` calls in all.
+A tool env (a :class:`~agentgym.envs.tools.tool_env.ToolEnv`) owns a
+:class:`ToolBox` and hands it its turns: ``_parse`` is :meth:`ToolBox.parse`
+and ``_play`` is :meth:`ToolBox.play` with the env's scoring function. Each
+turn the model either calls tools (their results come back in
+``info["tool_results"]``, one string per call, for the rollout to send as
+``tool`` messages) or answers, which ends the episode with the task's score.
+The episode is truncated after ``max_turns`` turns (the env's ``max_steps``),
+or on the turn that tries to go past ``max_tool_calls`` calls in all.
 
 A turn is invalid, and earns ``format_penalty``, when it breaks the protocol
 (no call and no answer, calls and an answer together, ...) or when any of its

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from agentgym.envs.parsing import ParsedResponse, format_instructions, parse_free_response
 from agentgym.envs.scripted import format_response
-from agentgym.envs.text_env import MAX_TEXT_LENGTH, TextEnv, TurnResult
+from agentgym.envs.text_env import MAX_TEXT_LENGTH, TextEnv, TurnResult, require_reset
 from agentgym.envs.webshop.generator import GENERATOR_VERSION
 from agentgym.envs.webshop.goals import Goal, WebShopConfigError
 from agentgym.envs.webshop.render import OBSERVATION_MODES, RENDERERS, layout
@@ -236,9 +236,7 @@ class WebShopEnv(TextEnv):
 
     @property
     def _goal(self) -> Goal:
-        if self.goal is None:
-            raise RuntimeError("call reset() before using the env")
-        return self.goal
+        return require_reset(self.goal)
 
     def _oracle_action(self) -> str:
         goal, state = self._goal, self.state

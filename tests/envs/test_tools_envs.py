@@ -21,6 +21,7 @@ from agentgym.envs.tools.protocol import format_call
 from agentgym.envs.tools.search_qa import SearchIndex, SearchQAEnv, exact_match, f1_score
 from agentgym.envs.tools.search_qa.kb import generate_kb
 from agentgym.envs.tools.sql import SQLEnv, same_result
+from agentgym.envs.tools.tool_env import ToolEnv
 
 EPISODES = 200
 
@@ -259,6 +260,7 @@ def test_bad_configuration_raises() -> None:
 
 
 @pytest.mark.parametrize("env_class", [MathToolEnv, SQLEnv, SearchQAEnv])
-def test_tool_envs_are_plain_text_envs_with_a_toolbox(env_class: type) -> None:
-    assert env_class.__bases__ == (TextEnv,)  # one level below TextEnv, no tool base class
+def test_tool_envs_are_tool_envs_one_level_below_text_env(env_class: type) -> None:
+    assert env_class.__bases__ == (ToolEnv,)  # the one tool base class, no deeper chain
+    assert ToolEnv.__bases__ == (TextEnv,)
     assert "step" not in vars(env_class)  # TextEnv.step plays their turns through _play

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from agentgym.envs.parsing import ParsedResponse
-from agentgym.envs.text_env import TextEnv, TurnResult
+from agentgym.envs.text_env import require_reset
 from agentgym.envs.tools.math_tool.problems import GENERATORS, Problem
 from agentgym.envs.tools.protocol import format_call
 from agentgym.envs.tools.sandbox import PythonSandbox, SandboxLimits
-from agentgym.envs.tools.toolbox import MAX_CALLS_PER_TURN, MAX_RESULT_CHARS, ToolBox
+from agentgym.envs.tools.tool_env import ToolEnv
 from agentgym.envs.tools.tools import Tool, ToolError
 from agentgym.errors import did_you_mean
 
@@ -22,32 +21,13 @@ PYTHON_PARAMETERS = {
     "required": ["code"],
     "additionalProperties": False,
 }
+PYTHON_DESCRIPTION = (
+    "Run a Python 3 program in a fresh sandboxed process and return what it prints "
+    "(stdout and stderr). Standard library only, no network, no state between calls."
+)
 
 
-def python_tool(sandbox: PythonSandbox) -> Tool:
-    """The ``python`` tool: runs a program in ``sandbox``, returns its stdout and stderr.
-
-    A program that raises, is killed by a limit or exits non-zero is a failed
-    call: its output and the reason come back as the error.
-    """
-
-    def run(code: str) -> str:
-        result = sandbox.run(code)
-        if not result.ok:
-            raise ToolError(result.to_text())
-        return result.to_text()
-
-    description = (
-        "Run a Python 3 program in a fresh sandboxed process and return what it prints "
-        "(stdout and stderr). Standard library only, no network, no state between calls."
-    )
-    return Tool("python", description, PYTHON_PARAMETERS, run, concurrent=True)
-
-
-ANSWER_FORMAT = "the final number only, e.g. <answer>42</answer> or <answer>12.50</answer>."
-
-
-class MathToolEnv(TextEnv):
+class MathToolEnv(ToolEnv):
     """MathTool: solve a math problem; a sandboxed ``python`` tool runs your code.
 
     Problems are generated per seed (see
@@ -60,8 +40,6 @@ class MathToolEnv(TextEnv):
             :data:`~agentgym.envs.tools.math_tool.problems.GENERATORS`); default all.
         max_turns: Responses per episode.
         max_tool_calls: Tool calls per episode.
-        max_calls_per_turn: Tool calls one response may make.
-        max_result_chars: Longest tool result (longer ones are cut in the middle).
         cpu_seconds: CPU limit of one program.
         wall_seconds: Wall-clock limit of one program.
         memory_mb: Address-space limit of one program, in MiB.
@@ -70,8 +48,9 @@ class MathToolEnv(TextEnv):
         allow_no_network_isolation: Run programs without namespaces where the
             machine has none, instead of refusing to start.
         site_packages: Let programs import installed packages (numpy, sympy, ...).
-        **kwargs: :class:`TextEnv` options (``response_format``, ``format_penalty``,
-            ``render_mode``).
+        **kwargs: :class:`~agentgym.envs.tools.tool_env.ToolEnv` options
+            (``max_calls_per_turn``, ``max_result_chars``) and :class:`TextEnv`
+            options (``response_format``, ``format_penalty``, ``render_mode``).
 
     Raises:
         ValueError: If a problem kind is unknown.
@@ -81,6 +60,9 @@ class MathToolEnv(TextEnv):
 
     generator_version: ClassVar[int | None] = 1
     """Raised whenever the same seed would give a different task."""
+    answer_format: ClassVar[str] = (
+        "the final number only, e.g. <answer>42</answer> or <answer>12.50</answer>."
+    )
 
     def __init__(
         self,
@@ -88,8 +70,6 @@ class MathToolEnv(TextEnv):
         problems: Sequence[str] | None = None,
         max_turns: int = 4,
         max_tool_calls: int = 6,
-        max_calls_per_turn: int = MAX_CALLS_PER_TURN,
-        max_result_chars: int = MAX_RESULT_CHARS,
         cpu_seconds: int = 5,
         wall_seconds: float = 10.0,
         memory_mb: int = 512,
@@ -99,7 +79,10 @@ class MathToolEnv(TextEnv):
         site_packages: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(max_steps=max_turns, **kwargs)
+        python = Tool(
+            "python", PYTHON_DESCRIPTION, PYTHON_PARAMETERS, self._run_python, concurrent=True
+        )
+        super().__init__([python], max_turns=max_turns, max_tool_calls=max_tool_calls, **kwargs)
         kinds = list(problems) if problems is not None else list(GENERATORS)
         for kind in kinds:
             if kind not in GENERATORS:
@@ -122,12 +105,6 @@ class MathToolEnv(TextEnv):
             allow_no_network_isolation=allow_no_network_isolation,
             site_packages=site_packages,
         )
-        self.toolbox = ToolBox(
-            [python_tool(self.sandbox)],
-            max_tool_calls=max_tool_calls,
-            max_calls_per_turn=max_calls_per_turn,
-            max_result_chars=max_result_chars,
-        )
         self.problem: Problem | None = None
 
     @property
@@ -138,42 +115,22 @@ class MathToolEnv(TextEnv):
             "the values you need."
         )
 
-    def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
+    def _run_python(self, code: str) -> str:
+        """The ``python`` tool: run a program in the sandbox; what it printed comes back.
+
+        A program that raises, is killed by a limit or exits non-zero is a
+        failed call: its output and the reason come back as the error.
+        """
+        result = self.sandbox.run(code)
+        if not result.ok:
+            raise ToolError(result.to_text())
+        return result.to_text()
+
+    def _new_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         kind = self.problem_kinds[int(self.np_random.integers(len(self.problem_kinds)))]
         self.problem = GENERATORS[kind](self.np_random)
         info = {"problem_kind": kind, "sandbox_isolation": self.sandbox.isolation}
-        return {**info, **self.toolbox.reset(self.problem.question)}
-
-    # -- tool turns: the ToolBox parses and plays them --------------------------
-
-    @property
-    def tools(self) -> list[dict[str, Any]]:
-        """The env's tools as OpenAI function schemas."""
-        return self.toolbox.schemas
-
-    @property
-    def instructions(self) -> str:
-        """The rules, how to call tools and how to answer, for a system prompt."""
-        return self.toolbox.instructions(self._rules, ANSWER_FORMAT, think=self._think)
-
-    @property
-    def _think(self) -> bool:
-        return self.response_format == "think_answer"
-
-    def _parse(self, text: str) -> ParsedResponse:
-        return self.toolbox.parse(text, require_think=self._think)
-
-    def _play(self, parsed: ParsedResponse) -> TurnResult:
-        return self.toolbox.play(parsed, self._score)
-
-    def _observation(self) -> str:
-        return self.toolbox.observation
-
-    def _success(self) -> bool:
-        return self.toolbox.solved
-
-    def _info(self) -> dict[str, Any]:
-        return self.toolbox.info()
+        return self.problem.question, info
 
     def _score(self, answer: str) -> tuple[float, bool]:
         correct = self.problem is not None and self.problem.is_correct(answer)
@@ -181,14 +138,9 @@ class MathToolEnv(TextEnv):
 
     def oracle_response(self) -> str:
         """What an expert writes now: the solving program first, then the number it printed."""
-        if self.problem is None:
-            raise RuntimeError("call reset() before oracle_response()")
-        think = (
-            "<think>Compute it with Python.</think>"
-            if self.response_format == "think_answer"
-            else ""
-        )
+        problem = require_reset(self.problem, "oracle_response()")
+        think = self._thinking("Compute it with Python.")
         if not self.toolbox.last_results:
-            return think + format_call("python", {"code": self.problem.code})
+            return think + format_call("python", {"code": problem.code})
         printed = self.toolbox.last_results[-1].strip().splitlines()
         return f"{think}<answer>{printed[-1] if printed else ''}</answer>"

@@ -72,6 +72,25 @@ def _cents(value: Fraction) -> Fraction:
     return Fraction(exact.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
 
 
+def _in_cents(kind: str, question: str, exact: Fraction, name: str, expression: str) -> Problem:
+    """A problem whose answer is ``exact`` rounded half up to cents, within a cent.
+
+    Args:
+        kind: The generator's name.
+        question: The problem text.
+        exact: The answer before rounding.
+        name: The program's variable for the result.
+        expression: The result in Python's ``Decimal`` arithmetic; the program
+            rounds it the way :func:`_cents` does and prints it.
+    """
+    code = (
+        "from decimal import Decimal, ROUND_HALF_UP\n"
+        f"{name} = {expression}\n"
+        f"print({name}.quantize(Decimal('0.01'), rounding=ROUND_HALF_UP))"
+    )
+    return Problem(kind, question, _cents(exact), code, tolerance=0.01)
+
+
 def _int(rng: np.random.Generator, low: int, high: int) -> int:
     """A uniform integer in ``[low, high]``."""
     return int(rng.integers(low, high + 1))
@@ -133,13 +152,9 @@ def discount(rng: np.random.Generator) -> Problem:
         f"of {tax}% is added to the discounted price. What is the final price in dollars, "
         "rounded to the nearest cent?"
     )
-    answer = _cents(price * (100 - off) / 100 * (100 + tax) / 100)
-    code = (
-        "from decimal import Decimal, ROUND_HALF_UP\n"
-        f"final = Decimal('{float(price):.2f}') * (100 - {off}) / 100 * (100 + {tax}) / 100\n"
-        "print(final.quantize(Decimal('0.01'), rounding=ROUND_HALF_UP))"
-    )
-    return Problem("discount", question, answer, code, tolerance=0.01)
+    exact = price * (100 - off) / 100 * (100 + tax) / 100
+    expression = f"Decimal('{float(price):.2f}') * (100 - {off}) / 100 * (100 + {tax}) / 100"
+    return _in_cents("discount", question, exact, "final", expression)
 
 
 def ages(rng: np.random.Generator) -> Problem:
@@ -174,13 +189,9 @@ def interest(rng: np.random.Generator) -> Problem:
         f"compounded yearly. How much is in the account after {years} years, in dollars, "
         "rounded to the nearest cent?"
     )
-    answer = _cents(principal * Fraction(100 + rate, 100) ** years)
-    code = (
-        "from decimal import Decimal, ROUND_HALF_UP\n"
-        f"value = Decimal({principal}) * (Decimal(100 + {rate}) / 100) ** {years}\n"
-        "print(value.quantize(Decimal('0.01'), rounding=ROUND_HALF_UP))"
-    )
-    return Problem("interest", question, answer, code, tolerance=0.01)
+    exact = principal * Fraction(100 + rate, 100) ** years
+    expression = f"Decimal({principal}) * (Decimal(100 + {rate}) / 100) ** {years}"
+    return _in_cents("interest", question, exact, "value", expression)
 
 
 def bakery(rng: np.random.Generator) -> Problem:

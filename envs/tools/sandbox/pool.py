@@ -48,18 +48,30 @@ def _failure(message: str) -> Result:
     return {"setup_error": message}
 
 
-def run_once(command: list[str], request: Request) -> Result:
-    """Run one request in a freshly started launcher (no zygote)."""
-    timeout = float(request["wall_seconds"]) + BACKSTOP_SECONDS
-    proc = subprocess.Popen(
+def _start_launcher(command: list[str], *, stderr: int) -> subprocess.Popen[bytes]:
+    """Start a launcher: pipes to it, an empty environment, ``/`` as working directory.
+
+    It gets a session of its own: a process group that :func:`_kill_group` ends whole.
+
+    Args:
+        command: What :func:`launcher_command` gave (with ``serve`` for a zygote).
+        stderr: ``subprocess.PIPE`` to read its errors, or ``subprocess.DEVNULL``.
+    """
+    return subprocess.Popen(
         command,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         env={},
         cwd="/",
         start_new_session=True,
     )
+
+
+def run_once(command: list[str], request: Request) -> Result:
+    """Run one request in a freshly started launcher (no zygote)."""
+    timeout = float(request["wall_seconds"]) + BACKSTOP_SECONDS
+    proc = _start_launcher(command, stderr=subprocess.PIPE)
     try:
         out, err = proc.communicate(marshal.dumps(request), timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -81,15 +93,7 @@ class _Zygote:
     """One pre-started launcher in ``serve`` mode; used by one thread at a time."""
 
     def __init__(self, command: list[str]) -> None:
-        self.proc = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={},
-            cwd="/",
-            start_new_session=True,
-        )
+        self.proc = _start_launcher(command, stderr=subprocess.DEVNULL)
 
     @property
     def alive(self) -> bool:

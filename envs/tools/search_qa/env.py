@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from agentgym.envs.parsing import ParsedResponse
-from agentgym.envs.text_env import TextEnv, TurnResult
+from agentgym.envs.text_env import require_reset
 from agentgym.envs.tools.protocol import format_call
 from agentgym.envs.tools.search_qa.kb import generate_kb
 from agentgym.envs.tools.search_qa.questions import (
@@ -17,17 +16,33 @@ from agentgym.envs.tools.search_qa.questions import (
     f1_score,
 )
 from agentgym.envs.tools.search_qa.search import SearchIndex, format_documents
-from agentgym.envs.tools.toolbox import MAX_CALLS_PER_TURN, MAX_RESULT_CHARS, ToolBox
+from agentgym.envs.tools.tool_env import ToolEnv
 from agentgym.envs.tools.tools import Tool
 
 REWARD_METRICS = ("em", "f1")
 """Reward of an answer: exact match or token F1 against the gold answer."""
+SEARCH_DESCRIPTION = "Search the knowledge base; returns the best-matching documents (BM25)."
 
 
-ANSWER_FORMAT = "the answer only (a name, a place, a year, ...), e.g. <answer>Lakehaven</answer>."
+def search_parameters(default_k: int, max_k: int) -> dict[str, Any]:
+    """JSON schema of the ``search`` tool's arguments: a query and an optional ``k``."""
+    return {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "What to search for."},
+            "k": {
+                "type": "integer",
+                "description": f"How many documents to return (default {default_k}).",
+                "minimum": 1,
+                "maximum": max_k,
+            },
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    }
 
 
-class SearchQAEnv(TextEnv):
+class SearchQAEnv(ToolEnv):
     """SearchQA: answer a question about a fictional world; a search tool finds documents.
 
     Every seed generates a new world (people, companies, cities and countries
@@ -45,10 +60,9 @@ class SearchQAEnv(TextEnv):
         max_k: Largest ``k`` a search may ask for.
         max_turns: Responses per episode.
         max_tool_calls: Tool calls per episode.
-        max_calls_per_turn: Tool calls one response may make.
-        max_result_chars: Longest tool result (longer ones are cut in the middle).
-        **kwargs: :class:`TextEnv` options (``response_format``, ``format_penalty``,
-            ``render_mode``).
+        **kwargs: :class:`~agentgym.envs.tools.tool_env.ToolEnv` options
+            (``max_calls_per_turn``, ``max_result_chars``) and :class:`TextEnv`
+            options (``response_format``, ``format_penalty``, ``render_mode``).
 
     Raises:
         ValueError: If a question type or the reward metric is unknown, or
@@ -57,6 +71,9 @@ class SearchQAEnv(TextEnv):
 
     generator_version: ClassVar[int | None] = 1
     """Raised whenever the same seed would give a different task."""
+    answer_format: ClassVar[str] = (
+        "the answer only (a name, a place, a year, ...), e.g. <answer>Lakehaven</answer>."
+    )
 
     def __init__(
         self,
@@ -67,11 +84,12 @@ class SearchQAEnv(TextEnv):
         max_k: int = 10,
         max_turns: int = 6,
         max_tool_calls: int = 8,
-        max_calls_per_turn: int = MAX_CALLS_PER_TURN,
-        max_result_chars: int = MAX_RESULT_CHARS,
         **kwargs: Any,
     ) -> None:
-        super().__init__(max_steps=max_turns, **kwargs)
+        search = Tool(
+            "search", SEARCH_DESCRIPTION, search_parameters(default_k, max_k), self._search
+        )
+        super().__init__([search], max_turns=max_turns, max_tool_calls=max_tool_calls, **kwargs)
         types = list(question_types) if question_types is not None else list(QUESTION_TYPES)
         if not types or any(t not in QUESTION_TYPES for t in types):
             raise ValueError(
@@ -90,27 +108,6 @@ class SearchQAEnv(TextEnv):
         self.index: SearchIndex | None = None
         self.task: QAQuestion | None = None
         self.last_scores: dict[str, float] = {}
-        parameters = {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "What to search for."},
-                "k": {
-                    "type": "integer",
-                    "description": f"How many documents to return (default {default_k}).",
-                    "minimum": 1,
-                    "maximum": max_k,
-                },
-            },
-            "required": ["query"],
-            "additionalProperties": False,
-        }
-        description = "Search the knowledge base; returns the best-matching documents (BM25)."
-        self.toolbox = ToolBox(
-            [Tool("search", description, parameters, self._search)],
-            max_tool_calls=max_tool_calls,
-            max_calls_per_turn=max_calls_per_turn,
-            max_result_chars=max_result_chars,
-        )
 
     @property
     def _rules(self) -> str:
@@ -121,48 +118,20 @@ class SearchQAEnv(TextEnv):
         )
 
     def _search(self, query: str, k: int | None = None) -> str:
-        if self.index is None:
-            raise RuntimeError("call reset() before using the env")
-        return format_documents(self.index.search(query, k or self.default_k))
+        """The ``search`` tool: the ``k`` best documents of the episode's world."""
+        index = require_reset(self.index)
+        return format_documents(index.search(query, k or self.default_k))
 
-    def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
+    def _new_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         kb = generate_kb(self.np_random)
         self.index = SearchIndex(kb.documents)
         kind = self.question_types[int(self.np_random.integers(len(self.question_types)))]
         self.task = GENERATORS[kind](self.np_random, kb)
         self.last_scores = {}
-        return {"question_type": kind, **self.toolbox.reset(f"Question: {self.task.question}")}
-
-    # -- tool turns: the ToolBox parses and plays them --------------------------
-
-    @property
-    def tools(self) -> list[dict[str, Any]]:
-        """The env's tools as OpenAI function schemas."""
-        return self.toolbox.schemas
-
-    @property
-    def instructions(self) -> str:
-        """The rules, how to call tools and how to answer, for a system prompt."""
-        return self.toolbox.instructions(self._rules, ANSWER_FORMAT, think=self._think)
-
-    @property
-    def _think(self) -> bool:
-        return self.response_format == "think_answer"
-
-    def _parse(self, text: str) -> ParsedResponse:
-        return self.toolbox.parse(text, require_think=self._think)
-
-    def _play(self, parsed: ParsedResponse) -> TurnResult:
-        return self.toolbox.play(parsed, self._score)
-
-    def _observation(self) -> str:
-        return self.toolbox.observation
-
-    def _success(self) -> bool:
-        return self.toolbox.solved
+        return f"Question: {self.task.question}", {"question_type": kind}
 
     def _info(self) -> dict[str, Any]:
-        return {**self.toolbox.info(), **self.last_scores}
+        return {**super()._info(), **self.last_scores}
 
     def _score(self, answer: str) -> tuple[float, bool]:
         if self.task is None:
@@ -175,12 +144,11 @@ class SearchQAEnv(TextEnv):
 
     def oracle_response(self) -> str:
         """What an expert writes now: the next planned searches, then the answer."""
-        if self.task is None:
-            raise RuntimeError("call reset() before oracle_response()")
-        think = "<think>Search for it.</think>" if self.response_format == "think_answer" else ""
+        task = require_reset(self.task, "oracle_response()")
+        think = self._thinking("Search for it.")
         done = self.toolbox.num_tool_calls
-        for queries in self.task.plan:
+        for queries in task.plan:
             if done == 0:
                 return think + "".join(format_call("search", {"query": q}) for q in queries)
             done -= len(queries)
-        return f"{think}<answer>{self.task.answer}</answer>"
+        return f"{think}<answer>{task.answer}</answer>"

@@ -11,13 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agentgym.envs.parsing import ParsedResponse
-from agentgym.envs.text_env import TextEnv, TurnResult
+from agentgym.envs.text_env import require_reset
 from agentgym.envs.tools.protocol import format_call
 from agentgym.envs.tools.sandbox.sql import QueryError, SQLSandbox
 from agentgym.envs.tools.sql.database import SCHEMA, generate_shop, write_database
 from agentgym.envs.tools.sql.questions import TEMPLATES, SQLQuestion, make_question, same_result
-from agentgym.envs.tools.toolbox import MAX_CALLS_PER_TURN, MAX_RESULT_CHARS, ToolBox
+from agentgym.envs.tools.tool_env import ToolEnv
 from agentgym.envs.tools.tools import Tool, ToolError
 from agentgym.errors import did_you_mean
 
@@ -27,18 +26,13 @@ SQL_PARAMETERS = {
     "required": ["query"],
     "additionalProperties": False,
 }
+SQL_DESCRIPTION = "Run one read-only SQLite query and return its rows."
 _FENCE = re.compile(r"\A```(?:sql)?\s*(.*?)\s*```\Z", re.DOTALL | re.IGNORECASE)
 ANSWER_MAX_ROWS = 1000
 """Rows read from an answer query; an answer with more is wrong."""
 
 
-ANSWER_FORMAT = (
-    "one SQLite SELECT query whose result is the answer, e.g. "
-    "<answer>SELECT name FROM customers WHERE city = 'Lakeview'</answer>."
-)
-
-
-class SQLEnv(TextEnv):
+class SQLEnv(ToolEnv):
     """SQL: answer a question about a shop database by writing one SQL query.
 
     Every seed generates a new SQLite database (customers, products, orders,
@@ -52,12 +46,11 @@ class SQLEnv(TextEnv):
             :data:`~agentgym.envs.tools.sql.questions.TEMPLATES`); default all.
         max_turns: Responses per episode.
         max_tool_calls: Tool calls per episode.
-        max_calls_per_turn: Tool calls one response may make.
-        max_result_chars: Longest tool result (longer ones are cut in the middle).
         query_timeout_seconds: Time limit of one query.
         max_rows: Rows the tool shows.
-        **kwargs: :class:`TextEnv` options (``response_format``, ``format_penalty``,
-            ``render_mode``).
+        **kwargs: :class:`~agentgym.envs.tools.tool_env.ToolEnv` options
+            (``max_calls_per_turn``, ``max_result_chars``) and :class:`TextEnv`
+            options (``response_format``, ``format_penalty``, ``render_mode``).
 
     Raises:
         ValueError: If a question kind is unknown.
@@ -65,6 +58,10 @@ class SQLEnv(TextEnv):
 
     generator_version: ClassVar[int | None] = 1
     """Raised whenever the same seed would give a different task."""
+    answer_format: ClassVar[str] = (
+        "one SQLite SELECT query whose result is the answer, e.g. "
+        "<answer>SELECT name FROM customers WHERE city = 'Lakeview'</answer>."
+    )
 
     def __init__(
         self,
@@ -72,13 +69,12 @@ class SQLEnv(TextEnv):
         questions: Sequence[str] | None = None,
         max_turns: int = 6,
         max_tool_calls: int = 8,
-        max_calls_per_turn: int = MAX_CALLS_PER_TURN,
-        max_result_chars: int = MAX_RESULT_CHARS,
         query_timeout_seconds: float = 2.0,
         max_rows: int = 30,
         **kwargs: Any,
     ) -> None:
-        super().__init__(max_steps=max_turns, **kwargs)
+        sql = Tool("sql", SQL_DESCRIPTION, SQL_PARAMETERS, self._run_sql)
+        super().__init__([sql], max_turns=max_turns, max_tool_calls=max_tool_calls, **kwargs)
         kinds = list(questions) if questions is not None else list(TEMPLATES)
         for kind in kinds:
             if kind not in TEMPLATES:
@@ -94,19 +90,6 @@ class SQLEnv(TextEnv):
         self._episodes = 0
         self.db: SQLSandbox | None = None
         self.task: SQLQuestion | None = None
-        self.toolbox = ToolBox(
-            [
-                Tool(
-                    "sql",
-                    "Run one read-only SQLite query and return its rows.",
-                    SQL_PARAMETERS,
-                    self._run_sql,
-                )
-            ],
-            max_tool_calls=max_tool_calls,
-            max_calls_per_turn=max_calls_per_turn,
-            max_result_chars=max_result_chars,
-        )
 
     @property
     def _rules(self) -> str:
@@ -117,6 +100,7 @@ class SQLEnv(TextEnv):
         )
 
     def _run_sql(self, query: str) -> str:
+        """The ``sql`` tool: run one read-only query on the episode's database."""
         try:
             return self._database.query(query).to_text()
         except QueryError as exc:
@@ -124,11 +108,9 @@ class SQLEnv(TextEnv):
 
     @property
     def _database(self) -> SQLSandbox:
-        if self.db is None:
-            raise RuntimeError("call reset() before using the env")
-        return self.db
+        return require_reset(self.db)
 
-    def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
+    def _new_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         self.close()
         self._episodes += 1
         path = self._dir / f"shop-{self._episodes}.db"
@@ -143,38 +125,7 @@ class SQLEnv(TextEnv):
             path, timeout_seconds=self.query_timeout_seconds, max_rows=self.max_rows
         )
         question = f"Database schema:\n{SCHEMA}\n\nQuestion: {self.task.question}"
-        return {"question_kind": self.task.kind, **self.toolbox.reset(question)}
-
-    # -- tool turns: the ToolBox parses and plays them --------------------------
-
-    @property
-    def tools(self) -> list[dict[str, Any]]:
-        """The env's tools as OpenAI function schemas."""
-        return self.toolbox.schemas
-
-    @property
-    def instructions(self) -> str:
-        """The rules, how to call tools and how to answer, for a system prompt."""
-        return self.toolbox.instructions(self._rules, ANSWER_FORMAT, think=self._think)
-
-    @property
-    def _think(self) -> bool:
-        return self.response_format == "think_answer"
-
-    def _parse(self, text: str) -> ParsedResponse:
-        return self.toolbox.parse(text, require_think=self._think)
-
-    def _play(self, parsed: ParsedResponse) -> TurnResult:
-        return self.toolbox.play(parsed, self._score)
-
-    def _observation(self) -> str:
-        return self.toolbox.observation
-
-    def _success(self) -> bool:
-        return self.toolbox.solved
-
-    def _info(self) -> dict[str, Any]:
-        return self.toolbox.info()
+        return question, {"question_kind": self.task.kind}
 
     def _score(self, answer: str) -> tuple[float, bool]:
         fenced = _FENCE.match(answer)
@@ -191,12 +142,11 @@ class SQLEnv(TextEnv):
 
     def oracle_response(self) -> str:
         """What an expert writes now: run the gold query once, then answer with it."""
-        if self.task is None:
-            raise RuntimeError("call reset() before oracle_response()")
-        think = "<think>Query the tables.</think>" if self.response_format == "think_answer" else ""
+        task = require_reset(self.task, "oracle_response()")
+        think = self._thinking("Query the tables.")
         if not self.toolbox.last_results:
-            return think + format_call("sql", {"query": self.task.gold_sql})
-        return f"{think}<answer>{self.task.gold_sql}</answer>"
+            return think + format_call("sql", {"query": task.gold_sql})
+        return f"{think}<answer>{task.gold_sql}</answer>"
 
     def close(self) -> None:
         """Close the current episode's database and delete its file."""

@@ -37,12 +37,22 @@ def _choice(rng: np.random.Generator, options: Sequence[Any]) -> Any:
     return options[int(rng.integers(len(options)))]
 
 
+def _city(rng: np.random.Generator, shop: ShopData) -> str:
+    """A city where some customer lives."""
+    return str(_choice(rng, sorted({c[2] for c in shop.customers})))
+
+
+def _category(rng: np.random.Generator, shop: ShopData) -> str:
+    """A category that some product is in."""
+    return str(_choice(rng, sorted({p[2] for p in shop.products})))
+
+
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
 def count_city(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None:
-    city = _choice(rng, sorted({c[2] for c in shop.customers}))
+    city = _city(rng, shop)
     return SQLQuestion(
         "count_city",
         f"How many customers live in {city}?",
@@ -51,7 +61,7 @@ def count_city(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None:
 
 
 def pricey_products(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None:
-    category = _choice(rng, sorted({p[2] for p in shop.products}))
+    category = _category(rng, shop)
     prices = sorted(p[3] for p in shop.products if p[2] == category)
     threshold = prices[(len(prices) - 1) // 2] - 0.01  # at least half of them are above
     return SQLQuestion(
@@ -113,7 +123,7 @@ def top_customer(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None
 
 
 def average_price(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None:
-    category = _choice(rng, sorted({p[2] for p in shop.products}))
+    category = _category(rng, shop)
     return SQLQuestion(
         "average_price",
         f"What is the average price of the products in the {category!r} category?",
@@ -132,7 +142,7 @@ def never_ordered(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | Non
 
 
 def status_in_city(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None:
-    city = _choice(rng, sorted({c[2] for c in shop.customers}))
+    city = _city(rng, shop)
     status = _choice(rng, ["shipped", "pending", "cancelled"])
     return SQLQuestion(
         "status_in_city",

@@ -1,0 +1,132 @@
+"""Each mode's run once its config is checked: ``both`` and ``train`` (the recipe),
+``explore`` (a decoupled job's explorer), ``bench`` (a finished run's checkpoints):
+the parts built (:mod:`agentgym.build`), the run, its closing summary.
+
+Ctrl-C or SIGTERM, in any phase, ends a run with one line on stderr (where it
+stopped, how to go on: :mod:`agentgym.stopping`) and exit code 130 or 143.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentgym import stopping
+from agentgym.bench import run_bench
+from agentgym.build.explore import build_explorer
+from agentgym.build.model import apply_system_envs
+from agentgym.build.train import build_train
+from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
+from agentgym.errors import ConfigError
+from agentgym.eval import given_keys
+from agentgym.job.explore import explore
+from agentgym.plot import plot_validation, read_metrics
+from agentgym.schema import TrainConfig
+from agentgym.trainers.batch_prep import RolloutFailedError
+from agentgym.trainers.grpo import train
+from agentgym.trainers.run_state import find_checkpoint
+from agentgym.trainers.tracking import CONSOLE_LOG_FILE, METRICS_FILE
+
+
+def run_mode(config: TrainConfig, resolved: dict[str, Any], started: float) -> None:
+    """Run ``config.mode``; a run that too many failed episodes stopped exits 1 with
+    one line naming why."""
+    apply_system_envs(config)
+    try:
+        if config.mode == "explore":
+            run_explorer(config, resolved, started)
+        elif config.mode == "bench":  # evaluate a finished run's checkpoints (docs/bench.md)
+            run_bench(config, given_keys(), started)
+        else:
+            run_training(config, resolved, started)
+    except RolloutFailedError as error:
+        print(f"run stopped: {error}", file=sys.stderr)
+        sys.exit(1)
+
+
+def resume_state(config: TrainConfig) -> dict[str, Any] | None:
+    """The trainer state of the checkpoint a resume will load (None when not resuming).
+
+    Raises:
+        ConfigError: When resuming and there is no checkpoint, saying what to pass.
+    """
+    if config.resume_from_checkpoint is False:
+        return None
+    try:
+        return find_checkpoint(
+            Path(config.output_dir) / "checkpoints", config.resume_from_checkpoint
+        )[1]
+    except FileNotFoundError as error:
+        raise ConfigError(str(error)) from None
+
+
+def run_training(config: TrainConfig, resolved: dict[str, Any], started: float) -> None:
+    """``mode: both | train``: build the parts, train, and print the end-of-run summary."""
+    state = resume_state(config)
+    output_dir = Path(config.output_dir)
+    stopping.describe(
+        stopping.Run(
+            output_dir=str(config.output_dir),
+            arguments=tuple(sys.argv[1:]),
+            start_step=int(state["step"]) if state else 0,
+            console_log=output_dir / CONSOLE_LOG_FILE,
+        )
+    )
+    try:
+        with library_logs(output_dir / LIBRARY_LOG_FILE) as library:
+            grpo, parts = build_train(
+                config,
+                resolved,
+                resume_run_id=state.get("tracker_run_id") if state else None,
+                resume_step=int(state["step"]) if state else None,
+            )
+            train(grpo, parts, resume=config.resume_from_checkpoint)
+    except KeyboardInterrupt as interrupt:  # TrainingInterruptedError, or before train()
+        sys.exit(stopping.report(interrupt))
+    log = output_dir / CONSOLE_LOG_FILE
+    metrics_file = Path(config.logging_dir) / METRICS_FILE
+    success = read_metrics(metrics_file, ["val/all/success"])["val/all/success"]
+    if success:
+        (first_step, first), (last_step, last) = success[0], success[-1]
+        echo(
+            f"validation success: {first:.3f} at step {first_step:g} -> "
+            f"{last:.3f} at step {last_step:g} ({(last - first) * 100:+.1f} points)",
+            log,
+        )
+    echo(f"finished in {time.perf_counter() - started:.0f} s; output: {output_dir}", log)
+    echo(f"metrics: {metrics_file}", log)
+    plot = plot_validation(metrics_file, output_dir / "validation.png")
+    if plot is not None:
+        echo(f"plot: {plot}", log)
+    echo(f"checkpoints: {parts.checkpoint_dir}", log)
+    if parts.render_dir is not None:
+        echo(f"renders: {parts.render_dir / 'index.html'}", log)
+    echo(library.summary(), log)
+
+
+def run_explorer(config: TrainConfig, resolved: dict[str, Any], started: float) -> None:
+    """``mode: explore``: build the envs and engines, explore until the trainer finishes."""
+    output_dir = Path(config.output_dir)
+    log = output_dir / CONSOLE_LOG_FILE
+    stopping.describe(
+        stopping.Run(
+            output_dir=str(output_dir),
+            arguments=tuple(sys.argv[1:]),
+            start_step=0,
+            console_log=log,
+        )
+    )
+    try:
+        with library_logs(output_dir / LIBRARY_LOG_FILE) as library:
+            batches = explore(build_explorer(config, resolved))
+    except KeyboardInterrupt as interrupt:
+        sys.exit(stopping.report(interrupt))
+    echo(
+        f"explorer {config.explorer.name}: {batches} batches in "
+        f"{time.perf_counter() - started:.0f} s; output: {output_dir}",
+        log,
+    )
+    echo(f"metrics: {Path(config.logging_dir) / METRICS_FILE}", log)
+    echo(library.summary(), log)
