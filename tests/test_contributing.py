@@ -1,4 +1,4 @@
-"""CONTRIBUTING.md's "Where new training pieces go": each of its Python examples (an
+"""CONTRIBUTING.md's "Where new pieces go": each of its Python examples (an
 advantage estimator, a loss, a rollout source, a strategy) runs and its asserts hold."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 CONTRIBUTING = (Path(__file__).resolve().parents[1] / "CONTRIBUTING.md").read_text()
-SECTION = CONTRIBUTING[CONTRIBUTING.index("## 5. Where new training pieces go") :]
+SECTION = CONTRIBUTING[CONTRIBUTING.index("## 5. Where new pieces go") :]
 EXAMPLES = dict(
     re.findall(r"^### (5\.\d [^\n]+)\n.*?^```python\n(.*?)^```", SECTION, re.DOTALL | re.M)
 )
