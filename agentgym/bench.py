@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from agentgym.build.model import model_path
+from agentgym.builders.model import model_path
 from agentgym.console import echo
 from agentgym.errors import ConfigError
 from agentgym.eval import play, print_report, resolve_model

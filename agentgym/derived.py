@@ -1,5 +1,5 @@
 """Values derived from a config, each in one place: the checks (:mod:`agentgym.config_checks`)
-and the build floor (:mod:`agentgym.build`) both read them here, so that neither derives
+and the build floor (:mod:`agentgym.builders`) both read them here, so that neither derives
 what the other imports.
 
 Pure functions of :class:`~agentgym.schema.TrainConfig`: no torch (``import

@@ -34,8 +34,8 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from agentgym.build.engines import generation_backend
-from agentgym.build.rollouts import val_rollout
+from agentgym.builders.engines import generation_backend
+from agentgym.builders.rollouts import val_rollout
 from agentgym.command_line import open_mapping_overrides, register_env_configs
 from agentgym.derived import backend_name
 from agentgym.envs.adapter import make_text_env

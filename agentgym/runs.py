@@ -1,6 +1,6 @@
 """Each mode's run once its config is checked: ``both`` and ``train`` (the recipe),
 ``explore`` (a decoupled job's explorer), ``bench`` (a finished run's checkpoints):
-the parts built (:mod:`agentgym.build`), the run, its closing summary.
+the parts built (:mod:`agentgym.builders`), the run, its closing summary.
 
 Ctrl-C or SIGTERM, in any phase, ends a run with one line on stderr (where it
 stopped, how to go on: :mod:`agentgym.stopping`) and exit code 130 or 143.
@@ -15,9 +15,9 @@ from typing import Any
 
 from agentgym import stopping
 from agentgym.bench import run_bench
-from agentgym.build.explore import build_explorer
-from agentgym.build.model import apply_system_envs
-from agentgym.build.train import build_train
+from agentgym.builders.explore import build_explorer
+from agentgym.builders.model import apply_system_envs
+from agentgym.builders.train import build_train
 from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
 from agentgym.errors import ConfigError
 from agentgym.eval import given_keys

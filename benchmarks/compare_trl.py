@@ -89,7 +89,7 @@ def build_model(root: Path) -> Path:
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    from agentgym.build.model import model_path
+    from agentgym.builders.model import model_path
     from agentgym.schema import validate
 
     with initialize_config_module("agentgym.configs", version_base=None):

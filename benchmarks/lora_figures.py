@@ -68,7 +68,7 @@ def measure(model_dir: Path, mode: str, steps: int) -> dict[str, Any]:
     """One setting, in this process: trainable parameters, optimizer-state and peak memory."""
     import torch
 
-    from agentgym.build.recipe import default_grpo_config
+    from agentgym.builders.recipe import default_grpo_config
     from agentgym.trainers.strategies.lora import LoraSettings
     from agentgym.trainers.strategies.torch_strategy import TorchStrategy
     from agentgym.trainers.updates import update_policy

@@ -82,7 +82,7 @@ class LongTailBackend:
 
 
 def run(ratio: float, output: Path, cache: Path) -> dict[str, float]:
-    from agentgym.build.train import build_train
+    from agentgym.builders.train import build_train
     from agentgym.schema import validate
     from agentgym.trainers.grpo import train
 

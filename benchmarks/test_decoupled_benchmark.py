@@ -92,7 +92,7 @@ def means(logs: Path, keys: tuple[str, ...], key: str = "time/step") -> dict[str
 
 def run_both(ratio: int, output: Path, cache: Path) -> dict[str, float]:
     """``mode: both`` in this process at ``async_generation_ratio=ratio``."""
-    from agentgym.build.train import build_train
+    from agentgym.builders.train import build_train
     from agentgym.trainers.grpo import train
 
     config, raw = checked(
@@ -111,7 +111,7 @@ def explore_long_tail(overrides: list[str]) -> None:
     simulated backend."""
     import torch
 
-    from agentgym.build.explore import build_explorer
+    from agentgym.builders.explore import build_explorer
     from agentgym.job.explore import explore
 
     torch.set_num_threads(TORCH_THREADS)
@@ -123,7 +123,7 @@ def explore_long_tail(overrides: list[str]) -> None:
 
 def run_decoupled(root: Path, cache: Path) -> dict[str, float]:
     """The explorer in a spawned process, the trainer (``mode: train``) in this one."""
-    from agentgym.build.train import build_train
+    from agentgym.builders.train import build_train
     from agentgym.trainers.grpo import train
 
     job = [*SMALL, *DECOUPLED, f"model.cache_dir={cache}", f"checkpoint_root_dir={root / 'jobs'}"]

@@ -13,7 +13,7 @@ closes. The recipe does not know which source it has:
 * :class:`~agentgym.job.buffer_source.BufferSource` takes each step's batch from a
   decoupled job's experience buffer (``mode: train``).
 
-The build floor picks the source (:func:`agentgym.build.rollouts.rollout_source`); a
+The build floor picks the source (:func:`agentgym.builders.rollouts.rollout_source`); a
 new source implements the members of :class:`RolloutSource`; see CONTRIBUTING.md.
 """
 

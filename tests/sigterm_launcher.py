@@ -48,7 +48,7 @@ class Phase:
 
 def phases() -> dict[str, Phase]:
     """The phases a test can stop a run in, by the name the run's last line gives them."""
-    from agentgym.build import engines, model
+    from agentgym.builders import engines, model
     from agentgym.rollout.backends.hf import HFBackend
     from agentgym.trainers import grpo, run_state, updates
 

@@ -155,13 +155,13 @@ def test_roll_spellings_work() -> None:
     assert config.validation.temperature == 0.7  # validation samples like the policy
     assert config.actor_train.model_args.dtype == "bfloat16"
     assert config.train_env_manager.env_groups == 4
-    from agentgym.build.recipe import grpo_config
+    from agentgym.builders.recipe import grpo_config
 
     assert grpo_config(config).loss.dual_clip_ratio_c == pytest.approx(1.4)  # ROLL: 1 + 2 × pg_clip
 
 
 def test_issue_19_keys_work_together() -> None:
-    from agentgym.build.recipe import grpo_config
+    from agentgym.builders.recipe import grpo_config
 
     config = validate(
         composed(
@@ -409,7 +409,7 @@ def test_the_library_defaults_are_the_schemas() -> None:
     # settings gets the algorithm of `python -m agentgym.train`.
     import inspect
 
-    from agentgym.build.recipe import default_grpo_config, grpo_config
+    from agentgym.builders.recipe import default_grpo_config, grpo_config
     from agentgym.rollout.backends.base import SamplingParams
     from agentgym.rollout.loop import RolloutConfig
     from agentgym.trainers.strategies.torch_strategy import TorchStrategy
@@ -470,7 +470,7 @@ def test_a_vllm_engines_devices_are_its_tensor_and_pipeline_parallel_sizes() -> 
 
 
 def test_an_engine_beside_the_trainer_takes_at_most_half_its_gpus() -> None:
-    from agentgym.build.engines import vllm_options
+    from agentgym.builders.engines import vllm_options
 
     share = "+actor_infer.strategy_args.strategy_config.gpu_memory_utilization=0.8"
     beside = validate(composed(share))  # one process: the engine shares the trainer's device

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentgym.build.recipe import grpo_config
+from agentgym.builders.recipe import grpo_config
 from agentgym.derived import data_parallel_size
 from agentgym.errors import ConfigError
 from agentgym.schema import validate

@@ -258,7 +258,7 @@ def test_gpus_placed_with_the_model_on_the_cpu_fail_naming_model_device() -> Non
 def test_file_storage_is_the_sql_store_with_a_jsonl_copy_in_the_job_folder(
     tmp_path: Path,
 ) -> None:
-    from agentgym.build.job import experience_buffer
+    from agentgym.builders.job import experience_buffer
     from agentgym.derived import job_dir
 
     config = validate(composed("buffer.storage_type=file", f"checkpoint_root_dir={tmp_path}"))

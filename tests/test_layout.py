@@ -55,12 +55,12 @@ def test_every_room_of_the_house_is_named_in_the_architecture_page() -> None:
 
 def test_a_new_module_outside_the_documented_rooms_is_found(tmp_path: Path) -> None:
     package = tmp_path / "agentgym"
-    (package / "build").mkdir(parents=True)
-    (package / "build" / "__init__.py").write_text("")
+    (package / "builders").mkdir(parents=True)
+    (package / "builders" / "__init__.py").write_text("")
     (package / "schema.py").write_text("")
     (tmp_path / "envs").mkdir()
     (tmp_path / "envs" / "__init__.py").write_text("")
-    page = "# House\n\n## Rooms\n\n```\nenvs/  envs\nagentgym/build/  schema\n```\n\n## Seams\n"
+    page = "# House\n\n## Rooms\n\n```\nenvs/  envs\nagentgym/builders/  schema\n```\n\n## Seams\n"
     assert undocumented(tmp_path, page) == []
     (package / "gadgets.py").write_text("")  # a new module, in no room
     (package / "proxy").mkdir()

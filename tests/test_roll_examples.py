@@ -225,7 +225,7 @@ def test_each_pg_variant_trains_two_steps_from_rolls_pg_var_file(
 ) -> None:
     # In this process, on the torch strategy (the file's megatron_train runs it above, as
     # a subprocess): the loss is what differs between variants, not the strategy.
-    from agentgym.build.train import build_train
+    from agentgym.builders.train import build_train
     from agentgym.trainers.grpo import train
 
     name = A + "agent_val_frozen_lake-pg_var.yaml"

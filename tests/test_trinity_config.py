@@ -259,7 +259,7 @@ def test_validation_covers_each_eval_row_once_every_time(
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    from agentgym.build.rollouts import env_manager
+    from agentgym.builders.rollouts import env_manager
     from agentgym.command_line import register_env_configs
     from agentgym.schema import validate
 

@@ -4,7 +4,7 @@ rollout → advantages → ``ppo_epochs`` of mini-batch updates → weight sync 
 metrics → validation every ``eval_steps`` (with renders) → checkpoint every
 ``save_steps``. The recipe sees only protocols (:class:`Strategy`,
 :class:`~agentgym.rollout.source.RolloutSource`, :class:`GenerationBackend`,
-:class:`Tracker`); the build floor (:mod:`agentgym.build`) makes them from the config. The
+:class:`Tracker`); the build floor (:mod:`agentgym.builders`) makes them from the config. The
 pieces live in modules named for what they hold: :mod:`~agentgym.trainers.batch_prep`
 (trajectories → the batch with advantages), :mod:`~agentgym.trainers.updates` and
 :mod:`~agentgym.trainers.objectives` (the policy's and critic's updates and losses),
@@ -49,7 +49,7 @@ class TrainingInterruptedError(KeyboardInterrupt):
 
 @dataclass
 class TrainParts:
-    """Everything the recipe runs on, built by :func:`agentgym.build.train.build_train`."""
+    """Everything the recipe runs on, built by :func:`agentgym.builders.train.build_train`."""
 
     strategy: Strategy
     source: RolloutSource

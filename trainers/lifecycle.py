@@ -34,11 +34,11 @@ CANCEL_GRACE = 5.0
 cancelled what it awaited; a close still running then blocks the loop's thread."""
 
 PHASES: dict[tuple[str, str], str] = {
-    ("agentgym.build.train", "build_train"): "setup",
-    ("agentgym.build.model", "policy_strategy"): "model build",
-    ("agentgym.build.model", "critic_strategy"): "critic build",
-    ("agentgym.build.engines", "generation_backend"): "engine start",
-    ("agentgym.build.rollouts", "env_manager"): "env start",
+    ("agentgym.builders.train", "build_train"): "setup",
+    ("agentgym.builders.model", "policy_strategy"): "model build",
+    ("agentgym.builders.model", "critic_strategy"): "critic build",
+    ("agentgym.builders.engines", "generation_backend"): "engine start",
+    ("agentgym.builders.rollouts", "env_manager"): "env start",
     ("agentgym.trainers.grpo", "train"): "training",
     ("agentgym.trainers.run_state", "restore"): "checkpoint load",
     ("agentgym.rollout.source", "next_batch"): "rollout",

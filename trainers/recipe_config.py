@@ -1,7 +1,7 @@
 """The recipe's settings as small frozen dataclasses: the loss, the advantage and the
 schedule, and :class:`GRPOConfig` that holds one of each.
 
-:func:`agentgym.build.recipe.grpo_config` builds them from the checked schema by code
+:func:`agentgym.builders.recipe.grpo_config` builds them from the checked schema by code
 that names every field, so renaming a schema key or a field here fails in mypy,
 not at run time. The schema (:mod:`agentgym.schema`) documents each key and holds
 every default; nothing here has a default of its own but ``async_generation_ratio``.

@@ -11,5 +11,5 @@ separate processes): where its processes meet, and what passes between them.
 * :mod:`~agentgym.job.schedule`: when weights are published and loaded;
 * :mod:`~agentgym.job.waiting`: the one wait loop every side uses.
 
-What a job is built from lives on the build floor (:mod:`agentgym.build.job`).
+What a job is built from lives on the build floor (:mod:`agentgym.builders.job`).
 """

@@ -42,7 +42,7 @@ class WeightsTimeoutError(TimeoutError):
 
 @dataclass
 class ExplorerParts:
-    """What an explorer runs on, built by :func:`agentgym.build.explore.build_explorer`."""
+    """What an explorer runs on, built by :func:`agentgym.builders.explore.build_explorer`."""
 
     name: str
     job_dir: Path

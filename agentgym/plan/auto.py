@@ -75,7 +75,7 @@ def planned(resolved: dict[str, Any]) -> tuple[dict[str, Any], list[Plan]]:
         ConfigError: When the strategy is not Megatron's, or no layout fits.
     """
     # builds the tiny model when no pretrain is given (torch): only with strategy_config=auto
-    from agentgym.build.model import model_path
+    from agentgym.builders.model import model_path
 
     places = _auto_places(resolved)
     draft = copy.deepcopy(resolved)

@@ -83,7 +83,7 @@ def run_ratio(ctx: Context, ratio: float, output: Path) -> dict[str, float]:
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    from agentgym.build.train import build_train
+    from agentgym.builders.train import build_train
     from agentgym.schema import validate
     from agentgym.trainers.grpo import train
 

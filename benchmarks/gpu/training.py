@@ -87,7 +87,7 @@ def workload(settings: Settings) -> Workload:
 
 def policy_loss(batch: RolloutBatch) -> Any:
     """The recipe's default loss (PPO-clip, token-mean) with ``batch``'s counts."""
-    from agentgym.build.recipe import default_grpo_config
+    from agentgym.builders.recipe import default_grpo_config
     from agentgym.trainers.objectives import PolicyLoss
 
     mask = batch.loss_mask

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentgym.build.train import build_train
+from agentgym.builders.train import build_train
 from agentgym.schema import validate
 from agentgym.trainers.grpo import train
 from tests.forkserver import run_python

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from agentgym.build.train import build_train
+from agentgym.builders.train import build_train
 from agentgym.rollout.async_rollout import WeightSyncTimeoutError
 from agentgym.rollout.backends.base import Generation, SamplingParams
 from agentgym.rollout.backends.scripted import ScriptedBackend

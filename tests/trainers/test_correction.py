@@ -199,7 +199,7 @@ def test_prepare_batch_applies_the_correction_after_the_advantages() -> None:
     from types import SimpleNamespace
     from typing import cast
 
-    from agentgym.build.recipe import default_grpo_config
+    from agentgym.builders.recipe import default_grpo_config
     from agentgym.trainers.batch_prep import prepare_batch
     from agentgym.trainers.grpo import TrainParts
     from agentgym.trajectory import Trajectory, Turn

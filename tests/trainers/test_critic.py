@@ -12,7 +12,7 @@ from typing import cast
 import pytest
 import torch
 
-from agentgym.build.recipe import default_grpo_config, kl_controller
+from agentgym.builders.recipe import default_grpo_config, kl_controller
 from agentgym.trainers.grpo import TrainParts
 from agentgym.trainers.objectives import ValueLoss
 from agentgym.trainers.rewards import RunningMoments

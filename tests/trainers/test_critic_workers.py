@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from agentgym.build.recipe import default_grpo_config
+from agentgym.builders.recipe import default_grpo_config
 from agentgym.cluster import Cluster, plan_placement, start_cluster
 from agentgym.derived import placement_plan
 from agentgym.schema import validate

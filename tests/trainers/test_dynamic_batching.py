@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from agentgym.build.recipe import default_grpo_config, grpo_config
+from agentgym.builders.recipe import default_grpo_config, grpo_config
 from agentgym.errors import ConfigError
 from agentgym.schema import TrainConfig, validate
 from agentgym.trainers.ranks import GroupRank

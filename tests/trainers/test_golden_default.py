@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from agentgym.build.train import build_train
+from agentgym.builders.train import build_train
 from agentgym.envs.scripted import format_response
 from agentgym.rollout.backends.base import Generation, SamplingParams
 from agentgym.schema import validate

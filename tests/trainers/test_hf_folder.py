@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentgym.build.recipe import default_grpo_config
+from agentgym.builders.recipe import default_grpo_config
 from agentgym.trainers.strategies import hf_folder
 from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.strategies.torch_critic import TorchCritic

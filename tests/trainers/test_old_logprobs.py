@@ -7,7 +7,7 @@ from typing import cast
 
 import torch
 
-from agentgym.build.recipe import default_grpo_config
+from agentgym.builders.recipe import default_grpo_config
 from agentgym.trainers.batch_prep import prepare_batch
 from agentgym.trainers.grpo import GRPOConfig, TrainParts
 from agentgym.trajectory import RolloutBatch, Trajectory, Turn

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from agentgym.build.recipe import default_grpo_config
+from agentgym.builders.recipe import default_grpo_config
 from agentgym.errors import ConfigError
 from agentgym.schema import TrainConfig, validate
 from agentgym.trainers.advantages import compute_advantages, opmd_advantages

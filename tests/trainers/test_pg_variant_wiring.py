@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from agentgym.build.recipe import default_grpo_config, grpo_config
+from agentgym.builders.recipe import default_grpo_config, grpo_config
 from agentgym.choices import PG_VARIANT_KNOBS, PG_VARIANTS
 from agentgym.errors import ConfigError
 from agentgym.schema import TrainConfig, validate

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from agentgym.build.recipe import default_grpo_config, grpo_config
+from agentgym.builders.recipe import default_grpo_config, grpo_config
 from agentgym.schema import validate
 from agentgym.trainers.grpo import GRPOConfig
 from agentgym.trainers.objectives import PolicyLoss

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from agentgym.build.recipe import default_grpo_config, kl_controller
+from agentgym.builders.recipe import default_grpo_config, kl_controller
 from agentgym.trainers.batch_prep import prepare_batch
 from agentgym.trainers.grpo import GRPOConfig, TrainParts
 from agentgym.trainers.rewards import RunningMoments

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentgym.build.recipe import default_grpo_config
+from agentgym.builders.recipe import default_grpo_config
 from agentgym.trainers.loss_terms import sample_weights
 from agentgym.trainers.losses import LOSS_AGG_MODES
 from agentgym.trainers.objectives import PolicyLoss

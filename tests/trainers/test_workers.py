@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentgym.build.recipe import default_grpo_config
+from agentgym.builders.recipe import default_grpo_config
 from agentgym.cluster import Cluster, plan_placement, start_cluster
 from agentgym.trainers.ranks import PolicyGroup, deal, start_rank_group
 from agentgym.trainers.strategies import Strategy

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from agentgym.build.recipe import default_grpo_config
+from agentgym.builders.recipe import default_grpo_config
 from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.updates import update_policy
 from agentgym.trajectory import RolloutBatch

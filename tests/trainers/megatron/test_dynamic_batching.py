@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("megatron.core")
 
-from agentgym.build.recipe import default_grpo_config
+from agentgym.builders.recipe import default_grpo_config
 from agentgym.trainers.strategies.batching import TokenBudget
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
 from agentgym.trainers.updates import update_policy

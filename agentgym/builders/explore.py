@@ -1,0 +1,67 @@
+"""``mode: explore``: an explorer's parts (envs, engines, the job's buffer and weight
+channel, a tracker; no strategy)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoTokenizer
+
+from agentgym.builders.engines import run_engines
+from agentgym.builders.job import experience_buffer, weight_channel
+from agentgym.builders.model import build_cluster, model_path
+from agentgym.builders.rollouts import check_envs, train_rollout, val_rollout
+from agentgym.builders.run_folder import open_run_folder
+from agentgym.derived import backend_name, job_dir, staleness_versions, sync_schedule
+from agentgym.job.explore import ExplorerParts, close_all
+from agentgym.rollout.chat import ChatTokenizer
+from agentgym.rollout.source import Rollout
+from agentgym.schema import TrainConfig
+
+
+def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerParts:
+    """``mode: explore``'s parts: the envs, the engines and a tracker (no strategy)."""
+    check_envs(config)
+    path = model_path(config)
+    workers = build_cluster(config)
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    closers: list[Callable[[], Any]] = [workers.shutdown]
+    try:
+        backend = run_engines(config, path, output_dir, workers)
+        chat = ChatTokenizer(AutoTokenizer.from_pretrained(str(path)))
+        train = train_rollout(config, backend, chat, workers)
+        closers.insert(0, train.manager.close)
+        val: Rollout | None = None
+        if config.eval_steps:
+            val = val_rollout(config, backend, chat, workers)
+            closers.insert(1, val.manager.close)
+        tracker = open_run_folder(
+            config, resolved, exp_name=f"{config.exp_name}-{config.explorer.name}"
+        )
+        closers.insert(0, tracker.close)
+    except BaseException:
+        close_all(closers)
+        raise
+    print(
+        f"mode=explore: explorer {config.explorer.name}, job folder {job_dir(config)}; "
+        f"generation backend: {backend_name(config)}; model: {path}",
+        flush=True,
+    )
+    return ExplorerParts(
+        name=config.explorer.name,
+        job_dir=job_dir(config),
+        buffer=experience_buffer(config),
+        weights=weight_channel(config),
+        train=train,
+        val=val,
+        tracker=tracker,
+        ratio=staleness_versions(config),
+        schedule=sync_schedule(config),
+        eval_steps=config.eval_steps,
+        eval_on_startup=config.validation.on_startup,
+        sync_timeout=config.synchronizer.sync_timeout,
+        close=lambda: close_all(closers),
+    )

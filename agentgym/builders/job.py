@@ -1,0 +1,72 @@
+"""A decoupled job's parts (``mode: explore | train``): its experience buffer, its
+weight channel, and the trainer's rollout source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agentgym.derived import job_dir, job_name, staleness_versions, sync_schedule
+from agentgym.job.buffer import ExperienceBuffer
+from agentgym.job.buffer_source import BufferSource
+from agentgym.job.published_weights import FolderChannel, WeightChannel, WeightPublisher
+from agentgym.schema import TrainConfig
+
+if TYPE_CHECKING:
+    from agentgym.job.buffer import JobBuffer
+
+
+def experience_buffer(config: TrainConfig) -> JobBuffer:
+    """The job's experience buffer: a SQLite file (``buffer.path``, else
+    ``<job>/buffer.sqlite``) that this process opens (``storage_type: sql``) or that
+    the job's Ray actor serves (``queue``; the path is then on the actor's node);
+    ``file``: ``sql`` plus a JSONL copy of every group stored, for inspection
+    (``buffer.path`` names the JSONL file or a folder for ``experiences.jsonl``,
+    default the job folder; the database sits beside it as ``.sqlite``)."""
+    storage, given = config.buffer.storage_type, config.buffer.path
+    copy_to = None
+    if storage == "file":
+        target = Path(given).expanduser() if given else job_dir(config)
+        if target.suffix != ".jsonl":  # a folder (as Trinity-RFT's file paths are)
+            target = target / "experiences.jsonl"
+        copy_to = target.absolute()
+        given = str(copy_to.with_suffix(".sqlite"))
+    path = Path(given or job_dir(config) / "buffer.sqlite").expanduser().absolute()
+    if storage == "queue":
+        from agentgym.job.ray_job import RayExperienceBuffer  # imports ray: only for queue
+
+        return RayExperienceBuffer(job_name(config), path, address=config.ray_address)
+    return ExperienceBuffer(path, copy_to=copy_to)
+
+
+def weight_channel(config: TrainConfig) -> WeightChannel:
+    """Where the job's trainer publishes weights (``synchronizer.sync_method``): folders
+    in the job folder (``checkpoint``), the job's Ray actor (``memory``), or the
+    trainer's serving thread (``nccl``, its address in the job folder)."""
+    if config.synchronizer.sync_method == "memory":
+        from agentgym.job.ray_job import MemoryChannel  # imports ray: only for memory
+
+        return MemoryChannel(job_name(config), address=config.ray_address)
+    if config.synchronizer.sync_method == "nccl":
+        from agentgym.job.collective_weights import (  # torch.distributed: only for nccl
+            CollectiveChannel,
+            collective_backend,
+        )
+
+        return CollectiveChannel(job_dir(config), backend=collective_backend())
+    return FolderChannel(job_dir(config))
+
+
+def trainer_source(config: TrainConfig, publisher: WeightPublisher) -> BufferSource:
+    """``mode: train``'s rollout source: the job's experience buffer, each update
+    published through ``publisher``."""
+    return BufferSource(
+        experience_buffer(config),
+        publisher,
+        groups_per_step=config.train_env_manager.env_groups,
+        ratio=staleness_versions(config),
+        schedule=sync_schedule(config),
+        last_step=config.max_steps,
+        max_read_timeout=config.buffer.max_read_timeout,
+        explorer_timeout=config.buffer.explorer_timeout,
+    )

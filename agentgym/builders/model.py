@@ -1,0 +1,136 @@
+"""The model folder, the cluster the roles run on, and the training strategies."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from agentgym.cluster import Cluster, start_cluster
+from agentgym.derived import data_parallel_size, placement_plan
+from agentgym.models.tiny import ensure_tiny_model
+from agentgym.schema import TrainConfig
+from agentgym.trainers.ranks import start_rank_group
+from agentgym.trainers.strategies import Critic, Strategy, build_critic, build_strategy
+from agentgym.trainers.strategies.lora import lora_settings
+from agentgym.trainers.strategies.optim import OptimizerConfig, optimizer_steps
+
+
+def model_path(config: TrainConfig) -> Path:
+    """The policy's folder: ``pretrain`` (ROLL's key; ``model.path`` feeds it; the config
+    check made sure it is a model folder), or the tiny model built once from
+    ``model.tiny`` and warm-started per ``model.warm_start``."""
+    if config.pretrain:
+        return Path(config.pretrain).expanduser()
+    model = config.model
+    return ensure_tiny_model(model.tiny, model.cache_dir, warm_start=model.warm_start)
+
+
+def build_cluster(config: TrainConfig) -> Cluster:
+    """The local process or the Ray cluster the roles run on (``distributed``)."""
+    return start_cluster(
+        config.distributed,
+        address=config.ray_address,
+        num_nodes=config.num_nodes,
+        num_gpus_per_node=config.num_gpus_per_node,
+        env_vars=config.system_envs,
+        rpc_timeout=config.rpc_timeout,
+    )
+
+
+def apply_system_envs(config: TrainConfig) -> None:
+    """Set ``system_envs`` in this process's environment (its workers inherit them)."""
+    os.environ.update({key: str(value) for key, value in config.system_envs.items()})
+
+
+def _training_settings(config: TrainConfig, role_name: str, *, passes: int) -> dict[str, Any]:
+    """What a training role (``actor_train``, ``critic``) gives its strategy: model,
+    optimizer and schedule settings; ``passes`` over each rollout batch (``ppo_epochs``
+    for the policy; ROLL's critic makes one) set the optimizer steps of the run."""
+    role = getattr(config, role_name)
+    args = role.training_args
+    optimizer = OptimizerConfig(
+        learning_rate=args.learning_rate,
+        weight_decay=args.weight_decay,
+        betas=OptimizerConfig.betas,
+        lr_scheduler_type=args.lr_scheduler_type,
+        warmup_steps=args.warmup_steps,
+        warmup_ratio=args.warmup_ratio,
+        total_steps=optimizer_steps(
+            max_steps=config.max_steps,
+            rollout_batch_size=config.rollout_batch_size,
+            ppo_epochs=passes,
+            mini_batch_size=args.per_device_train_batch_size
+            * args.gradient_accumulation_steps
+            * data_parallel_size(config, role_name),
+        ),
+        max_grad_norm=config.max_grad_norm,
+    )
+    return {
+        "dtype": role.model_args.dtype,
+        "device": config.model.device,
+        "gradient_checkpointing": not role.model_args.disable_gradient_checkpointing,
+        "attn_implementation": role.model_args.attn_implementation,
+        "optimizer": optimizer,
+        "micro_batch_size": args.per_device_train_batch_size,
+    }
+
+
+def strategy_settings(config: TrainConfig, path: Path, *, needs_reference: bool) -> dict[str, Any]:
+    """The ``actor_train`` role's settings for :func:`build_strategy` (every rank gets
+    these); ``lora``: the adapter of ``model_args.lora_target`` (None: every weight trains)."""
+    args = config.actor_train.model_args
+    return {
+        **_training_settings(config, "actor_train", passes=config.ppo_epochs),
+        "temperature": config.actor_infer.generating_args.temperature,
+        "reference_path": path if needs_reference else None,
+        "lora": lora_settings(args.lora_target, args.lora_rank, args.lora_alpha),
+    }
+
+
+def policy_strategy(
+    config: TrainConfig, path: Path, *, needs_reference: bool, cluster: Cluster | None = None
+) -> Strategy:
+    """The training strategy ``actor_train.strategy_args.strategy_name`` for ``path``:
+    in this process (``distributed=local``), or a trainer worker group of one rank
+    per ``actor_train.device_mapping`` device on ``cluster``."""
+    role = config.actor_train
+    settings = strategy_settings(config, path, needs_reference=needs_reference)
+    name = str(role.strategy_args.strategy_name)
+    if cluster is None or cluster.kind == "local":
+        return build_strategy(name, path, role.strategy_args.strategy_config, **settings)
+    return start_rank_group(
+        cluster,
+        "actor_train",
+        placement_plan(config).workers["actor_train"],
+        strategy_name=name,
+        model_path=path,
+        strategy_config=role.strategy_args.strategy_config,
+        settings=settings,
+        rpc_timeout=config.rpc_timeout,
+    )
+
+
+def critic_strategy(config: TrainConfig, path: Path, cluster: Cluster | None = None) -> Critic:
+    """GAE's critic (``critic.strategy_args.strategy_name``, torch by default): the value
+    model starts from ``critic.model_args.model_name_or_path`` or else the policy at
+    ``path``, trains with ``critic.training_args``, on ``model.device`` in this process
+    (``distributed=local``) or on a critic group of one rank per ``critic.device_mapping``
+    device (default: ``actor_train``'s) on ``cluster``."""
+    role = config.critic
+    source = role.model_args.model_name_or_path
+    name = role.strategy_args.strategy_name or "torch"
+    model_path = Path(source).expanduser() if source else path
+    settings = {**_training_settings(config, "critic", passes=1), "seed": config.seed}
+    if cluster is None or cluster.kind == "local":
+        return build_critic(name, model_path, role.strategy_args.strategy_config, **settings)
+    return start_rank_group(
+        cluster,
+        "critic",
+        placement_plan(config).workers["critic"],
+        strategy_name=name,
+        model_path=model_path,
+        strategy_config=role.strategy_args.strategy_config,
+        settings=settings,
+        rpc_timeout=config.rpc_timeout,
+    )

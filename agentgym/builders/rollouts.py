@@ -1,0 +1,158 @@
+"""Env managers, the :class:`~agentgym.rollout.source.Rollout` bundles of a mode (train
+and validation), and the train rollout source."""
+
+from __future__ import annotations
+
+import re
+import traceback
+from typing import Any
+
+from agentgym.builders.engines import sampling_params
+from agentgym.cluster import Cluster
+from agentgym.config_sections import EnvManagerSection
+from agentgym.envs.adapter import make_text_env
+from agentgym.errors import ConfigError
+from agentgym.rollout.backends import GenerationBackend
+from agentgym.rollout.chat import ChatTokenizer
+from agentgym.rollout.env_manager import EnvConfig, EnvManager
+from agentgym.rollout.loop import RolloutConfig
+from agentgym.rollout.source import AheadSource, Rollout, RolloutSource, SyncSource
+from agentgym.schema import TrainConfig
+
+
+def rollout_config(config: TrainConfig, *, validation: bool = False) -> RolloutConfig:
+    """How the train (or validation) episodes are collected."""
+    args = config.actor_infer.generating_args
+    temperature = config.validation.temperature if validation else args.temperature
+    return RolloutConfig(
+        mode=config.rollout_mode,
+        max_turns=config.max_turns,
+        sequence_length=config.sequence_length,
+        sampling=sampling_params(args, temperature=temperature, seed=config.seed + validation),
+        history_length=config.history_length,
+        prefix_check=config.prefix_check,
+        record_frames=validation and bool(config.render_save_dir),
+        generate_opt_level=config.generate_opt_level,
+    )
+
+
+def env_manager(
+    section: EnvManagerSection,
+    config: TrainConfig,
+    *,
+    cluster: Cluster | None = None,
+    **kwargs: Any,
+) -> EnvManager:
+    """An :class:`EnvManager` from a ``*_env_manager`` section (ROLL's keys).
+
+    On a Ray cluster the envs live in env-worker actors (``max_env_num_per_worker``
+    each; unset: one worker per node); in this process they are stepped in
+    threads, or, with ``max_env_num_per_worker`` set, by env workers behind
+    local handles (the same classes, for debugging).
+    """
+    env_configs: dict[str, EnvConfig | Any] = dict(section.env_configs)
+    for tag in section.tags:
+        env_configs.setdefault(tag, EnvConfig(tag, dict(config.env.kwargs)))
+    if cluster is not None and cluster.kind == "local" and not section.max_env_num_per_worker:
+        cluster = None
+    if cluster is not None:
+        kwargs |= {"cluster": cluster, "max_env_num_per_worker": section.max_env_num_per_worker}
+    return EnvManager(
+        tags=section.tags,
+        env_groups=section.env_groups,
+        group_size=section.group_size,
+        n_groups=section.n_groups,
+        env_configs=env_configs,
+        seed=config.seed,
+        max_traj_per_env=section.max_traj_per_env,
+        format_penalty=section.format_penalty,
+        **kwargs,
+    )
+
+
+def check_envs(config: TrainConfig) -> None:
+    """Build each env the run will play (every tag of both env managers, with its
+    arguments) and reset it once, so that arguments an env rejects fail in seconds,
+    before any model work, instead of as failed episodes.
+
+    Raises:
+        ConfigError: Naming the env, the arguments its message mentions (all of
+            them when it mentions none) and the env's own message.
+    """
+    checked: set[str] = set()
+    for key, section in (
+        ("train_env_manager", config.train_env_manager),
+        ("val_env_manager", config.val_env_manager),
+    ):
+        for tag in section.tags:
+            entry = section.env_configs.get(tag)
+            name, kwargs = tag, dict(config.env.kwargs)
+            where = "env.kwargs"
+            if entry is not None:
+                name = entry.get("name", tag)
+                kwargs = dict(entry.get("kwargs") or {})
+                where = f"{key}.env_configs.{tag}.kwargs"
+            if section.format_penalty is not None:
+                kwargs["format_penalty"] = section.format_penalty
+            fingerprint = repr((name, sorted(kwargs.items(), key=str)))
+            if fingerprint in checked:
+                continue
+            checked.add(fingerprint)
+            try:
+                env = make_text_env(name, kwargs)
+                try:
+                    env.reset(seed=config.seed)
+                finally:
+                    env.close()
+            except Exception as error:
+                message = str(error) or type(error).__name__
+                named = [k for k in kwargs if re.search(rf"\b{re.escape(str(k))}\b", message)]
+                given = ", ".join(f"{where}.{k}={kwargs[k]!r}" for k in named or kwargs)
+                where_raised = "".join(traceback.format_exception(error, limit=-3))
+                raise ConfigError(
+                    f"env {name!r} rejects its arguments ({given or 'none given'}): "
+                    f"{type(error).__name__}: {message}\n{where_raised.rstrip()}"
+                ) from None
+
+
+def train_rollout(
+    config: TrainConfig, backend: GenerationBackend, chat: ChatTokenizer, cluster: Cluster
+) -> Rollout:
+    """The train episodes: ``train_env_manager``'s envs (with ROLL's extra groups when
+    ``is_use_additional_prompts``), the engines, the train sampling."""
+    manager = env_manager(
+        config.train_env_manager,
+        config,
+        cluster=cluster,
+        additional_groups=(
+            config.max_additional_running_prompts if config.is_use_additional_prompts else 0
+        ),
+    )
+    return Rollout(manager, backend, chat, rollout_config(config))
+
+
+def val_rollout(
+    config: TrainConfig,
+    backend: GenerationBackend,
+    chat: ChatTokenizer,
+    cluster: Cluster | None = None,
+) -> Rollout:
+    """The validation episodes: ``val_env_manager``'s envs on fixed seeds (with frames
+    for renders when ``render_save_dir`` is set), the validation sampling."""
+    manager = env_manager(
+        config.val_env_manager,
+        config,
+        cluster=cluster,
+        fixed_seeds=True,
+        render_mode="rgb_array" if config.render_save_dir else None,
+    )
+    return Rollout(manager, backend, chat, rollout_config(config, validation=True))
+
+
+def rollout_source(config: TrainConfig, train: Rollout) -> RolloutSource:
+    """The source ``async_generation_ratio`` asks for: 0 plays each step's batch when
+    asked (:class:`~agentgym.rollout.source.SyncSource`), k > 0 up to k steps ahead
+    (:class:`~agentgym.rollout.source.AheadSource`)."""
+    if config.async_generation_ratio > 0:
+        return AheadSource(train, ratio=config.async_generation_ratio)
+    return SyncSource(train)

@@ -1,0 +1,132 @@
+"""``mode: both | train``: the recipe's settings and parts from a checked config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoTokenizer
+
+from agentgym.builders.engines import run_engines
+from agentgym.builders.job import trainer_source, weight_channel
+from agentgym.builders.model import (
+    build_cluster,
+    critic_strategy,
+    model_path,
+    policy_strategy,
+)
+from agentgym.builders.recipe import grpo_config, kl_controller
+from agentgym.builders.rollouts import check_envs, rollout_source, train_rollout, val_rollout
+from agentgym.builders.run_folder import open_run_folder
+from agentgym.cluster import Cluster
+from agentgym.derived import backend_name, job_dir
+from agentgym.job.published_weights import WeightPublisher
+from agentgym.registry import env_versions
+from agentgym.rollout.chat import ChatTokenizer
+from agentgym.rollout.source import Rollout, RolloutSource
+from agentgym.schema import TrainConfig
+from agentgym.trainers.grpo import TrainParts
+from agentgym.trainers.recipe_config import GRPOConfig
+from agentgym.trainers.rewards import RunningMoments
+from agentgym.trainers.strategies import Strategy
+
+
+def build_train(
+    config: TrainConfig,
+    resolved: dict[str, Any],
+    *,
+    resume_run_id: str | None = None,
+    resume_step: int | None = None,
+) -> tuple[GRPOConfig, TrainParts]:
+    """The recipe's settings and parts from a checked config: ``mode: both`` plays its
+    own episodes (train and validation rollouts, the source ``async_generation_ratio``
+    asks for); ``mode: train`` takes them from its job's buffer and publishes its
+    weights for the explorers (no engine, no env is built).
+
+    Args:
+        config: The checked config.
+        resolved: The same config as plain data (saved with the run, given to trackers).
+        resume_run_id: The tracker run to continue (from the checkpoint resumed).
+        resume_step: The step resumed from (later metrics lines are dropped).
+    """
+    check_envs(config)
+    grpo = grpo_config(config)
+    path = model_path(config)
+    workers = build_cluster(config)
+    try:
+        return grpo, _parts(config, resolved, grpo, path, workers, resume_run_id, resume_step)
+    except BaseException:
+        workers.shutdown()
+        raise
+
+
+def _parts(
+    config: TrainConfig,
+    resolved: dict[str, Any],
+    grpo: GRPOConfig,
+    path: Path,
+    workers: Cluster,
+    resume_run_id: str | None,
+    resume_step: int | None,
+) -> TrainParts:
+    tags = dict.fromkeys([*config.train_env_manager.tags, *config.val_env_manager.tags])
+    configs = {**config.val_env_manager.env_configs, **config.train_env_manager.env_configs}
+    envs = env_versions([configs.get(tag, {}).get("name", tag) for tag in tags])
+    strategy = policy_strategy(config, path, needs_reference=grpo.needs_reference, cluster=workers)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    chat = ChatTokenizer(tokenizer)
+    train: Rollout | None = None
+    val: Rollout | None = None
+    if config.mode == "train":  # the explorers generate: weights go to the job folder
+        source: RolloutSource = _trainer_source(config, strategy, resume_step)
+        print(f"mode=train: job folder {job_dir(config)}; model: {path}", flush=True)
+    else:
+        backend = run_engines(config, path, output_dir, workers)
+        print(f"generation backend: {backend_name(config)}; model: {path}", flush=True)
+        train = train_rollout(config, backend, chat, workers)
+        source = rollout_source(config, train)
+        if config.eval_steps:
+            val = val_rollout(config, backend, chat, workers)
+    tracker = open_run_folder(
+        config,
+        resolved,
+        meta={"envs": envs, "model": str(path)},
+        run_id=resume_run_id,
+        resume_step=resume_step,
+        total_steps=config.max_steps,
+        header={"envs": envs},
+    )
+    return TrainParts(
+        strategy=strategy,
+        source=source,
+        train=train,
+        val=val,
+        tracker=tracker,
+        checkpoint_dir=output_dir / "checkpoints",
+        render_dir=Path(config.render_save_dir) if config.render_save_dir else None,
+        dump_dir=Path(config.rollout_dump_dir) if config.rollout_dump_dir else None,
+        meta={"config": resolved, "tokenizer": str(path), "envs": envs},
+        pad_token_id=pad,
+        cluster=workers,
+        critic=critic_strategy(config, path, workers) if config.adv_estimator == "gae" else None,
+        kl_controller=kl_controller(grpo),
+        reward_moments=RunningMoments(),
+    )
+
+
+def _trainer_source(
+    config: TrainConfig, strategy: Strategy, resume_step: int | None
+) -> RolloutSource:
+    """``mode: train``'s source; a new run publishes the starting weights as version 0
+    (its explorers start from them)."""
+    publisher = WeightPublisher(
+        weight_channel(config),
+        groups_per_step=config.train_env_manager.env_groups,
+        version=(resume_step or 0) - 1,
+    )
+    if resume_step is None:
+        publisher.publish(0, strategy.export_weights())
+    return trainer_source(config, publisher)
