@@ -266,6 +266,8 @@ class RolloutBatch:
         values: ``[B, T]`` the critic's values the advantages were computed with
             (GAE; 0 off the loss mask), filled by the trainer.
         returns: ``[B, T]`` the critic's targets (GAE), filled by the trainer.
+        value_mask: ``[B, T]`` the tokens the critic learns from (GAE): the loss mask
+            before the off-policy filter takes tokens out of the policy's loss.
         sample_weights: ``[B]`` per-sample weights of the policy loss
             (``length_loss_weight``), filled per mini-batch by the trainer.
         policy_versions: ``[B]`` the oldest weights version that generated each
@@ -289,6 +291,7 @@ class RolloutBatch:
     state_ids: torch.Tensor | None = None
     values: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+    value_mask: torch.Tensor | None = None
     sample_weights: torch.Tensor | None = None
     policy_versions: torch.Tensor | None = None
 

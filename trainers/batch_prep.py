@@ -25,7 +25,6 @@ from agentgym.trainers.gae import gae_advantages
 from agentgym.trainers.kl_control import current_kl
 from agentgym.trainers.losses import kl_penalty
 from agentgym.trainers.rewards import process_rewards
-from agentgym.trainers.updates import update_critic
 from agentgym.trajectory import RolloutBatch, Trajectory
 
 if TYPE_CHECKING:
@@ -66,20 +65,14 @@ def prepare_batch(
     parts: TrainParts,
     trajectories: list[Trajectory],
     metrics: dict[str, float],
-    *,
-    step: int | None = None,
 ) -> RolloutBatch | None:
     """Pad the samples, take π_old (and the reference), and compute advantages.
 
     The rewards become advantages as docs/rewards.md lays out: the token-level KL
     penalty (its beta from ``parts.kl_controller``, which then sees this step's
     KL), ``reward_normalization``, ROLL's reward keys, then the estimator. With
-    GAE the critic values the batch, and then takes its update on it here: ROLL
-    trains the critic beside the actor on the same batch (neither reads the
-    other's new weights), so its place before the actor's update changes nothing.
-
-    ``step`` is the step the batch trains (default: its first trajectory's
-    version + 1, as in the synchronous recipe).
+    GAE the critic values the batch (the recipe then updates it on the same batch,
+    :func:`~agentgym.trainers.updates.update_critic`).
 
     Returns None when no sample carries a learning signal (all groups dropped).
     """
@@ -126,9 +119,7 @@ def prepare_batch(
         config, parts, batch, penalty, step_advantages, metrics
     )  # [B], [B, T]
     if config.advantage.adv_estimator == "gae":
-        if step is None:  # the rollout of step N sampled with version N - 1
-            step = played[0].policy_version + 1
-        batch.advantages = critic_advantages(config, parts, batch, token_rewards, step, metrics)
+        batch.advantages = critic_advantages(config, parts, batch, token_rewards)
     else:
         batch.advantages = compute_advantages(
             config.advantage.adv_estimator,
@@ -149,16 +140,15 @@ def critic_advantages(
     parts: TrainParts,
     batch: RolloutBatch,
     token_rewards: torch.Tensor,
-    step: int,
-    metrics: dict[str, float],
 ) -> torch.Tensor:
-    """GAE's ``[B, T]`` advantages with the critic's values; then the critic's update.
+    """GAE's ``[B, T]`` advantages with the critic's values.
 
-    Sets ``batch.values`` and ``batch.returns`` (the critic's targets) and logs
-    the update's ``critic/*`` metrics.
+    Sets what the critic's update reads: ``batch.values``, ``batch.returns`` (the
+    critic's targets) and ``batch.value_mask`` (the response tokens, before the
+    off-policy filter takes some out of the policy's loss).
     """
     if parts.critic is None:
-        raise ValueError("adv_estimator=gae needs parts.critic (builders.build_train makes it)")
+        raise ValueError("adv_estimator=gae needs parts.critic (build_train makes it)")
     batch.values = parts.critic.values(batch) * batch.loss_mask  # [B, T]
     gae = gae_advantages(
         token_rewards,
@@ -168,7 +158,7 @@ def critic_advantages(
         lambd=config.advantage.lambd,
     )
     batch.returns = gae.returns
-    metrics.update(update_critic(config, parts.critic, batch, step))
+    batch.value_mask = batch.loss_mask
     return finish_advantages(
         gae.advantages,
         batch.loss_mask,

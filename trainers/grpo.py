@@ -33,7 +33,7 @@ from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.run_state import checkpoint, restore
 from agentgym.trainers.strategies import Critic, Strategy
 from agentgym.trainers.tracking import Tracker
-from agentgym.trainers.updates import update_policy
+from agentgym.trainers.updates import update_critic, update_policy
 
 
 class TrainingInterruptedError(KeyboardInterrupt):
@@ -111,14 +111,15 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
                     rollout.trajectories, parts.dump_dir, name=f"step_{step}", meta=parts.meta
                 )
 
-            prepare = source.run_work(
-                prepare_batch, config, parts, rollout.trajectories, metrics, step=step
-            )
+            prepare = source.run_work(prepare_batch, config, parts, rollout.trajectories, metrics)
             batch = loop.run_until_complete(prepare)
             trained = time.perf_counter()
             if batch is None:  # no sample carried a signal: same weights, the next version
                 source.skip_update()
             else:
+                if parts.critic is not None:  # GAE's value model learns from the same batch
+                    critic = source.run_work(update_critic, config, parts.critic, batch, step)
+                    metrics |= loop.run_until_complete(critic)
                 update = source.run_work(update_policy, config, parts.strategy, batch, step)
                 metrics |= loop.run_until_complete(update)
                 metrics |= push_weights(config, parts, loop, source)

@@ -149,7 +149,7 @@ class ValueLoss:
             values,
             batch.values,
             batch.returns,
-            batch.loss_mask.float(),
+            (batch.loss_mask if batch.value_mask is None else batch.value_mask).float(),
             value_clip=self.value_clip,
             loss_agg_mode=self.LOSS_AGG_MODE,
             num_tokens=self.num_tokens,

@@ -107,10 +107,11 @@ def update_critic(
     chunks = minibatches(sizes, batch, step)
     updates = MetricReducer()
     for chunk in chunks:
+        mask = chunk.loss_mask if chunk.value_mask is None else chunk.value_mask  # [b, t]
         loss = ValueLoss(
             config.loss,
-            num_tokens=chunk.loss_mask.sum().clamp(min=1),
-            num_seqs=(chunk.loss_mask.sum(1) > 0).sum().clamp(min=1),
+            num_tokens=mask.sum().clamp(min=1),
+            num_seqs=(mask.sum(1) > 0).sum().clamp(min=1),
         )
         result = critic.train_step(
             list(micro_batches(chunk, sizes.schedule.micro_batch_size)), loss

@@ -18,9 +18,8 @@ from agentgym.builders.train import build_train
 from agentgym.rollout.async_rollout import WeightSyncTimeoutError
 from agentgym.rollout.backends.base import Generation, SamplingParams
 from agentgym.rollout.backends.scripted import ScriptedBackend
-from agentgym.rollout.source import AheadSource, SyncSource
+from agentgym.rollout.source import AheadSource, StepRollout, SyncSource
 from agentgym.schema import validate
-from agentgym.trainers import grpo
 from agentgym.trainers.grpo import GRPOConfig, TrainParts, train
 from agentgym.trajectory import Trajectory
 from tests.parts import use_backend
@@ -54,17 +53,21 @@ def build(tmp: Path, cache: Path, *overrides: str) -> tuple[GRPOConfig, TrainPar
 
 @pytest.fixture
 def record(monkeypatch: pytest.MonkeyPatch) -> Record:
-    """Records each step's trajectories (as prepare_batch gets them) and each step's metrics."""
+    """Records each step's trajectories (as its source hands them to the recipe) and each
+    step's metrics."""
     seen = Record()
-    prepare = grpo.prepare_batch
 
-    def recording(config: Any, parts: Any, trajectories: Any, metrics: Any, **kw: Any) -> Any:
-        step = kw.get("step") or trajectories[0].policy_version + 1
-        seen.trained[step] = list(trajectories)
-        seen.metrics[step] = metrics
-        return prepare(config, parts, trajectories, metrics, **kw)
+    def recording(next_batch: Any) -> Any:
+        async def recorded(source: Any, step: int) -> StepRollout:
+            rollout: StepRollout = await next_batch(source, step)
+            seen.trained[step] = list(rollout.trajectories)
+            seen.metrics[step] = rollout.metrics  # the recipe adds the step's own
+            return rollout
 
-    monkeypatch.setattr(grpo, "prepare_batch", recording)
+        return recorded
+
+    for kind in (SyncSource, AheadSource):
+        monkeypatch.setattr(kind, "next_batch", recording(kind.next_batch))
     return seen
 
 

@@ -231,3 +231,47 @@ def test_prepare_batch_applies_the_correction_after_the_advantages() -> None:
     assert batch.advantages[generated].abs().min() > 0  # computed before the filter
     assert metrics["actor/train_infer_mask_fraction"] == pytest.approx(1 / 3)
     assert metrics["actor/is_weight_clipfrac"] == pytest.approx(1 / 3)
+
+
+def test_the_critic_learns_from_the_tokens_the_filter_takes_out_of_the_policys_loss() -> None:
+    # GAE with a token filter: the policy's loss mask loses the token of ratio e, the
+    # critic's value mask keeps every response token (ROLL filters the actor's loss only)
+    from types import SimpleNamespace
+    from typing import cast
+
+    from agentgym.builders.recipe import default_grpo_config
+    from agentgym.trainers.batch_prep import prepare_batch
+    from agentgym.trainers.grpo import TrainParts
+    from agentgym.trainers.rewards import RunningMoments
+    from agentgym.trajectory import Trajectory, Turn
+
+    class Trainer:  # log π_prox = -1 on every token
+        def logprobs(self, batch: object, budget: object = None) -> torch.Tensor:
+            return torch.full(batch.input_ids.shape, -1.0)  # type: ignore[attr-defined]
+
+    class Critic:  # values 0.5 everywhere
+        def values(self, batch: object) -> torch.Tensor:
+            return torch.full(batch.input_ids.shape, 0.5)  # type: ignore[attr-defined]
+
+    episodes = [
+        Trajectory("sokoban", "tag", group_id=0, seed=0, score=1.0,
+                   turns=[Turn([5, 6], [7, 8], [-2.0, -1.0], "", "stop", reward=1.0)]),
+        Trajectory("sokoban", "tag", group_id=0, seed=0, score=0.0,
+                   turns=[Turn([5, 6], [9], [-0.5], "", "stop", reward=0.0)]),
+    ]  # fmt: skip
+    config = default_grpo_config(
+        adv_estimator="gae", drop_zero_variance_groups=False, step_advantage_weight=0.0,
+        old_logprobs="trainer",
+        train_infer_correction=CorrectionConfig(None, (RatioFilter("token", (0.5, 2.0), None),)),
+    )  # fmt: skip
+    parts = cast(
+        TrainParts,
+        SimpleNamespace(
+            strategy=Trainer(), critic=Critic(), pad_token_id=0, reward_moments=RunningMoments()
+        ),
+    )
+    batch = prepare_batch(config, parts, episodes, {})
+    assert batch is not None and batch.value_mask is not None
+    generated = batch.engine_logprobs != 0
+    assert batch.loss_mask[generated].tolist() == [0, 1, 1]
+    assert batch.value_mask[generated].tolist() == [1, 1, 1]

@@ -198,13 +198,14 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[int, Any]:
     manager = parts.train.manager
     use_backend(parts, SeededMoves(parts.train.chat.tokenizer, manager.slots, manager.group_size))
     seen: dict[int, tuple[list[Trajectory], dict[str, float]]] = {}
-    prepare = grpo.prepare_batch
+    next_batch = parts.source.next_batch
 
-    def recording(config: Any, parts: Any, trajectories: Any, metrics: Any, **kw: Any) -> Any:
-        seen[kw["step"]] = (list(trajectories), metrics)  # metrics fill in as the step goes
-        return prepare(config, parts, trajectories, metrics, **kw)
+    async def recording(step: int) -> Any:  # the batch and the metrics the step trains with
+        rollout = await next_batch(step)
+        seen[step] = (list(rollout.trajectories), rollout.metrics)  # metrics fill in later
+        return rollout
 
-    monkeypatch.setattr(grpo, "prepare_batch", recording)
+    monkeypatch.setattr(parts.source, "next_batch", recording)
     grpo.train(config, parts)
     return seen
 

@@ -19,7 +19,7 @@ from agentgym.trainers.batch_prep import prepare_batch
 from agentgym.trainers.grpo import GRPOConfig, TrainParts
 from agentgym.trainers.rewards import RunningMoments
 from agentgym.trainers.strategies import Metric, ValueLossFunction
-from agentgym.trainers.updates import update_policy
+from agentgym.trainers.updates import update_critic, update_policy
 from agentgym.trajectory import RolloutBatch, Trajectory, Turn
 
 
@@ -172,7 +172,8 @@ def test_gae_with_a_critic_by_hand() -> None:
     #   = 0.5 * mean(0.25, 0.25) = 0.125
     critic = ConstantCritic()
     settings = config(adv_estimator="gae", gamma=1.0, lambd=1.0)
-    batch, metrics = prepared(settings, parts(critic=critic), version=4)
+    batch, _ = prepared(settings, parts(critic=critic), version=4)
+    metrics = update_critic(settings, critic, batch, step=5)  # the recipe's next call
     mask = batch.loss_mask.bool()
     assert batch.advantages is not None and batch.values is not None and batch.returns is not None
     assert batch.advantages[mask].tolist() == [0.5, 0.5, -0.5]
