@@ -405,14 +405,14 @@ def test_the_entry_point_fails_before_any_model_work(
 
 
 def test_the_library_defaults_are_the_schemas() -> None:
-    # A Python user of RolloutConfig, SamplingParams, TorchStrategy or the recipe's
+    # A Python user of RolloutConfig, SamplingParams, a strategy (its settings) or the recipe's
     # settings gets the algorithm of `python -m agentgym.train`.
-    import inspect
+    import dataclasses
 
     from agentgym.builders.recipe import default_grpo_config, grpo_config
     from agentgym.rollout.backends.base import SamplingParams
     from agentgym.rollout.loop import RolloutConfig
-    from agentgym.trainers.strategies.torch_strategy import TorchStrategy
+    from agentgym.trainers.strategies.settings import ModelSettings, PolicySettings
 
     schema = TrainConfig()
     rollout = RolloutConfig()
@@ -432,7 +432,9 @@ def test_the_library_defaults_are_the_schemas() -> None:
         generating.top_k,
         generating.max_new_tokens,
     )
-    defaults = {name: p.default for name, p in inspect.signature(TorchStrategy).parameters.items()}
+    defaults: dict[str, Any] = {
+        field.name: field.default for field in dataclasses.fields(PolicySettings)
+    }
     args = schema.actor_train.training_args
     optimizer = defaults["optimizer"]
     assert optimizer.learning_rate == args.learning_rate
@@ -443,9 +445,9 @@ def test_the_library_defaults_are_the_schemas() -> None:
     assert optimizer.max_grad_norm == schema.max_grad_norm
     assert defaults["micro_batch_size"] == args.per_device_train_batch_size
     assert defaults["dtype"] == schema.actor_train.model_args.dtype
-    from agentgym.trainers.strategies.torch_critic import TorchCritic
-
-    critic = {name: p.default for name, p in inspect.signature(TorchCritic).parameters.items()}
+    critic: dict[str, Any] = {
+        field.name: field.default for field in dataclasses.fields(ModelSettings)
+    }
     critic_args = schema.critic.training_args
     assert critic["optimizer"] == optimizer
     assert (optimizer.learning_rate, optimizer.weight_decay) == (

@@ -347,6 +347,7 @@ def masked_whiten(values: Tensor, mask: Tensor) -> Tensor:
     return centered * torch.rsqrt(var + WHITEN_EPSILON)
 
 
+@register_estimator("opmd")
 @register_estimator("grpo")
 def grpo_advantages(
     normalized_scores: Tensor,
@@ -356,7 +357,9 @@ def grpo_advantages(
     gamma: float = 1.0,
     baseline: bool = False,
 ) -> Tensor:
-    """GRPO: the sample's normalized score on each of its generated tokens.
+    """GRPO: the sample's normalized score on each of its generated tokens. OPMD's
+    estimator too: there the scores are already its advantages (:func:`opmd_advantages`,
+    which the trainer applies to ``normalized_scores``).
 
     Args:
         normalized_scores: ``[B]`` from :func:`normalize_rewards`.
@@ -370,24 +373,6 @@ def grpo_advantages(
     """
     values = normalized_scores[:, None].to(token_rewards.dtype).expand_as(token_rewards)  # [B, T]
     return torch.where(loss_mask.bool(), values, torch.zeros_like(values))
-
-
-@register_estimator("opmd")
-def opmd_spread(
-    normalized_scores: Tensor,
-    token_rewards: Tensor,
-    loss_mask: Tensor,
-    *,
-    gamma: float = 1.0,
-    baseline: bool = False,
-) -> Tensor:
-    """OPMD: the sample's advantage (:func:`opmd_advantages`, which the trainer has
-    applied to ``normalized_scores``) on each of its generated tokens, as ``grpo``.
-
-    Returns:
-        ``[B, T]`` advantages, 0 off the mask.
-    """
-    return grpo_advantages(normalized_scores, token_rewards, loss_mask)
 
 
 @register_estimator("reinforce")

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from agentgym.trainers.losses import aggregate_loss
+from agentgym.trainers.losses import aggregate_loss, token_share
 
 
 class GAEOutput(NamedTuple):
@@ -158,7 +158,7 @@ def value_loss(
         clipped_values = torch.clamp(values, old_values - value_clip, old_values + value_clip)
         clipped = (clipped_values - returns).square()  # [B, T]
         per_token = torch.maximum(unclipped, clipped)
-        metrics["vf_clipfrac"] = _token_share((clipped > unclipped).float(), keep, num_tokens)
+        metrics["vf_clipfrac"] = token_share((clipped > unclipped).float(), keep, num_tokens)
     loss = 0.5 * aggregate_loss(
         per_token,
         mask,
@@ -169,14 +169,7 @@ def value_loss(
     )
     metrics.update(
         vf_loss=loss.detach(),
-        vpred_mean=_token_share(values.detach(), keep, num_tokens),
-        vf_error=_token_share(unclipped.detach(), keep, num_tokens),
+        vpred_mean=token_share(values.detach(), keep, num_tokens),
+        vf_error=token_share(unclipped.detach(), keep, num_tokens),
     )
     return loss, metrics
-
-
-def _token_share(values: Tensor, keep: Tensor, num_tokens: Tensor | float | None) -> Tensor:
-    """Masked token mean, or the share of one over ``num_tokens`` tokens when given."""
-    count = keep.sum() if num_tokens is None else num_tokens
-    total = torch.where(keep, values, torch.zeros_like(values)).sum()
-    return total / torch.as_tensor(count).clamp(min=1)

@@ -41,13 +41,18 @@ SAMPLE_WEIGHT_EPSILON = 1e-8
 """ROLL's epsilon in the length range and in the weights' normalization."""
 
 
-def _check(logprobs: Tensor, scores: Tensor, **tensors: Tensor) -> None:
+def check_like_logprobs(logprobs: Tensor, **tensors: Tensor) -> None:
+    """Raise ``ValueError`` naming the first of ``tensors`` whose shape is not ``logprobs``'."""
     for key, tensor in tensors.items():
         if tensor.shape != logprobs.shape:
             raise ValueError(
                 f"{key} must have the shape of logprobs {tuple(logprobs.shape)}, "
                 f"got {tuple(tensor.shape)}"
             )
+
+
+def _check(logprobs: Tensor, scores: Tensor, **tensors: Tensor) -> None:
+    check_like_logprobs(logprobs, **tensors)
     if logprobs.dim() != 2 or scores.shape != logprobs.shape[:1]:
         raise ValueError(
             f"logprobs must be [B, T] and scores [B], got {tuple(logprobs.shape)} "

@@ -18,7 +18,7 @@ from torch import Tensor
 from agentgym.choices import KL_PENALTIES, LOSS_AGG_MODES
 from agentgym.errors import check_choice
 from agentgym.trainers.advantages import masked_mean
-from agentgym.trainers.loss_terms import weight_rows
+from agentgym.trainers.loss_terms import check_like_logprobs, weight_rows
 
 KL_ALIASES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
 """Schulman's estimator names, accepted as verl accepts them."""
@@ -249,12 +249,7 @@ def check_policy_inputs(
     tensors = {"old_logprobs": old_logprobs, "advantages": advantages, "mask": mask}
     if is_weights is not None:
         tensors["is_weights"] = is_weights
-    for key, tensor in tensors.items():
-        if tensor.shape != logprobs.shape:
-            raise ValueError(
-                f"{key} must have the shape of logprobs {tuple(logprobs.shape)}, "
-                f"got {tuple(tensor.shape)}"
-            )
+    check_like_logprobs(logprobs, **tensors)
 
 
 def masked_ratio(logprobs: Tensor, old_logprobs: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
@@ -330,8 +325,6 @@ def token_share(values: Tensor, keep: Tensor, num_tokens: Tensor | float | None)
 POLICY_LOSS_REDUCE = {"ratio_min": "min", "ratio_max": "max"}
 """How :func:`policy_loss`'s metrics combine over micro-batches; the others are
 token-mean shares (see its ``num_tokens``) that add up."""
-
-POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, Tensor]]]] = {"ppo": policy_loss}
 
 
 # KL

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from agentgym.cluster.handles import WorkerHandle
-from agentgym.trainers.strategies.base import Metric, MetricReducer
+from agentgym.trainers.strategies.base import Metric, step_metrics
 from agentgym.trainers.strategies.batching import TokenBudget
 from agentgym.trajectory import RolloutBatch
 
@@ -259,12 +259,7 @@ class RankGroup:
         """
         shares = deal(list(micro_batches), self.world_size)
         results = self.call_each("train_step", [(share, loss_fn) for share in shares])
-        reducer = MetricReducer()
-        for per_micro, _ in results:
-            for metrics in per_micro:
-                reducer.add(metrics)
-        reducer.add(results[0][1])
-        return reducer.metrics()
+        return step_metrics([m for per_micro, _ in results for m in per_micro], results[0][1])
 
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Rank 0's weights by Hugging Face name, fetched a bucket at a time (every

@@ -211,21 +211,11 @@ class WandbTracker:
         **init_kwargs: Any,
     ) -> None:
         wandb = _import_wandb()
-        kwargs: dict[str, Any] = {
-            "project": "agentgym",
-            "name": exp_name,
-            "dir": str(logging_dir),
-            "config": _plain(config) if config is not None else None,
-            "id": run_id,
-            "resume": "allow",
-        }
-        kwargs.update(init_kwargs)
-        api_key = kwargs.pop("api_key", None)
+        kwargs, api_key = _run_kwargs(
+            "WANDB", {"dir": str(logging_dir)}, exp_name, config, run_id, init_kwargs
+        )
         if api_key is not None:
             kwargs["settings"] = wandb.Settings(api_key=api_key)
-        has_key = api_key is not None or bool(os.environ.get("WANDB_API_KEY"))
-        if kwargs.get("mode") is None and not os.environ.get("WANDB_MODE") and not has_key:
-            kwargs["mode"] = "offline"
         if kwargs.get("dir"):
             Path(kwargs["dir"]).mkdir(parents=True, exist_ok=True)
         self._run = wandb.init(**kwargs)
@@ -277,19 +267,8 @@ class SwanLabTracker:
         **init_kwargs: Any,
     ) -> None:
         swanlab = _import_swanlab()
-        kwargs: dict[str, Any] = {
-            "project": "agentgym",
-            "name": exp_name,
-            "log_dir": str(Path(logging_dir) / "swanlab"),
-            "config": _plain(config) if config is not None else None,
-            "id": run_id,
-            "resume": "allow",
-        }
-        kwargs.update(init_kwargs)
-        api_key = kwargs.pop("api_key", None)
-        has_key = api_key is not None or bool(os.environ.get("SWANLAB_API_KEY"))
-        if kwargs.get("mode") is None and not os.environ.get("SWANLAB_MODE") and not has_key:
-            kwargs["mode"] = "offline"
+        location = {"log_dir": str(Path(logging_dir) / "swanlab")}
+        kwargs, api_key = _run_kwargs("SWANLAB", location, exp_name, config, run_id, init_kwargs)
         if api_key is not None:
             swanlab.login(api_key=api_key)
         Path(kwargs["log_dir"]).mkdir(parents=True, exist_ok=True)
@@ -304,6 +283,49 @@ class SwanLabTracker:
     def close(self) -> None:
         """Finish the run."""
         self._run.finish()
+
+
+def _run_kwargs(
+    service: str,
+    location: Mapping[str, str],
+    exp_name: str,
+    config: Mapping[str, Any] | None,
+    run_id: str | None,
+    init_kwargs: Mapping[str, Any],
+) -> tuple[dict[str, Any], str | None]:
+    """The keyword arguments of a hosted tracker's ``init`` (wandb, SwanLab) and the
+    API key taken out of them.
+
+    The run is named ``exp_name`` in the ``agentgym`` project, written at ``location``,
+    continued when ``run_id`` names an existing one (``resume="allow"``); ``init_kwargs``
+    override all of it. It is offline unless a ``mode``, ``<service>_MODE``, the key or
+    ``<service>_API_KEY`` says otherwise.
+
+    Args:
+        service: The environment variables' prefix (``WANDB``, ``SWANLAB``).
+        location: Where the run's files go (the ``init`` keyword and the folder).
+        exp_name: The run name.
+        config: The run config.
+        run_id: The run id.
+        init_kwargs: The user's ``init`` arguments (``api_key`` among them or not).
+
+    Returns:
+        ``(kwargs, api_key)``.
+    """
+    kwargs: dict[str, Any] = {
+        "project": "agentgym",
+        "name": exp_name,
+        **location,
+        "config": _plain(config) if config is not None else None,
+        "id": run_id,
+        "resume": "allow",
+    }
+    kwargs.update(init_kwargs)
+    api_key = kwargs.pop("api_key", None)
+    has_key = api_key is not None or bool(os.environ.get(f"{service}_API_KEY"))
+    if kwargs.get("mode") is None and not os.environ.get(f"{service}_MODE") and not has_key:
+        kwargs["mode"] = "offline"
+    return kwargs, api_key
 
 
 class CompositeTracker:

@@ -54,7 +54,7 @@ def lora_strategy(model_dir: Path, **settings: object) -> TorchStrategy:
         micro_batch_size=2,
         reference_path=model_dir,
         lora=LoraSettings(("all-linear",), RANK, 2 * RANK),
-        **settings,  # type: ignore[arg-type]
+        **settings,
     )
 
 

@@ -15,7 +15,6 @@ from agentgym.trainers.advantages import compute_advantages, normalize_rewards
 from agentgym.trainers.losses import (
     KL_PENALTIES,
     LOSS_AGG_MODES,
-    POLICY_LOSSES,
     aggregate_loss,
     entropy_from_logits,
     kl_penalty,
@@ -280,10 +279,6 @@ def test_no_gradient_reaches_positions_off_the_mask(mode: str) -> None:
     assert logprobs.grad is not None
     assert (logprobs.grad[mask == 0] == 0).all()
     assert (logprobs.grad[mask == 1] != 0).all()
-
-
-def test_policy_losses_table() -> None:
-    assert POLICY_LOSSES["ppo"] is policy_loss
 
 
 # Importance sampling ----------------------------------------------------------------

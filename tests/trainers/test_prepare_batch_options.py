@@ -18,7 +18,7 @@ from agentgym.builders.recipe import default_grpo_config, kl_controller
 from agentgym.trainers.batch_prep import prepare_batch
 from agentgym.trainers.grpo import GRPOConfig, TrainParts
 from agentgym.trainers.rewards import RunningMoments
-from agentgym.trainers.strategies import Metric, ValueLossFunction
+from agentgym.trainers.strategies import Critic, Metric, ValueLossFunction
 from agentgym.trainers.updates import update_critic, update_policy
 from agentgym.trajectory import RolloutBatch, Trajectory, Turn
 
@@ -173,7 +173,7 @@ def test_gae_with_a_critic_by_hand() -> None:
     critic = ConstantCritic()
     settings = config(adv_estimator="gae", gamma=1.0, lambd=1.0)
     batch, _ = prepared(settings, parts(critic=critic), version=4)
-    metrics = update_critic(settings, critic, batch, step=5)  # the recipe's next call
+    metrics = update_critic(settings, cast(Critic, critic), batch, step=5)  # the recipe's next
     mask = batch.loss_mask.bool()
     assert batch.advantages is not None and batch.values is not None and batch.returns is not None
     assert batch.advantages[mask].tolist() == [0.5, 0.5, -0.5]

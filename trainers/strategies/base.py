@@ -8,7 +8,9 @@ and a :class:`LossFunction`, and takes its weights by Hugging Face name.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
@@ -260,10 +262,18 @@ def accumulated_step(
     """One optimizer step of ``strategy`` over ``micro_batches``: their gradients added
     up (each loss is its share of the whole), then the step; the micro-batches'
     metrics folded in order, plus ``grad_norm`` and ``lr``."""
+    return step_metrics(strategy.accumulate(micro_batches, loss_fn), strategy.optimizer_step())
+
+
+def step_metrics(
+    per_micro_batch: Iterable[Mapping[str, Metric]], step: Mapping[str, Metric]
+) -> dict[str, Metric]:
+    """One optimizer step's metrics: each micro-batch's folded in the mini-batch's order,
+    then the step's own (``grad_norm``, ``lr``)."""
     reducer = MetricReducer()
-    for metrics in strategy.accumulate(micro_batches, loss_fn):
+    for metrics in per_micro_batch:
         reducer.add(metrics)
-    reducer.add(strategy.optimizer_step())
+    reducer.add(step)
     return reducer.metrics()
 
 
@@ -289,3 +299,61 @@ def frozen_reference(reference: _Model | None) -> _Model:
             "(the recipe does when use_kl_loss or add_token_level_kl is set)"
         )
     return reference
+
+
+@contextmanager
+def evaluating(model: torch.nn.Module) -> Iterator[None]:
+    """``model`` in evaluation mode (dropout off) for the block, then back in the mode
+    it was in."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+class PolicyBase(ABC):
+    """What every policy strategy (torch, FSDP2, Megatron) shares: the members of
+    :class:`Strategy` that read only the policy and its frozen reference. A strategy
+    subclasses it once and says how it computes log-probabilities
+    (:meth:`_logprobs`), trains, exports and saves.
+
+    Attributes:
+        model: The trained policy.
+        reference: The frozen reference (None: built without ``reference_path``).
+    """
+
+    model: Any
+    reference: Any
+
+    @abstractmethod
+    def _logprobs(
+        self, model: Any, batch: RolloutBatch, budget: TokenBudget | None
+    ) -> torch.Tensor:
+        """``[B, T]`` log-probabilities of ``batch`` under ``model``, without gradient,
+        0 off the loss mask, on ``budget``'s micro-batches (None: the strategy's
+        ``micro_batch_size`` rows each)."""
+
+    def train(self, mode: bool = True) -> None:
+        """Training (dropout on) or evaluation mode of the policy."""
+        self.model.train(mode)
+
+    def logprobs(self, batch: RolloutBatch, budget: TokenBudget | None = None) -> torch.Tensor:
+        """``[B, T]`` log-probabilities of this rank's ``batch`` under the current weights
+        (in eval mode, then back in the mode it was in; no gradient), 0 off the loss mask,
+        on ``budget``'s micro-batches (None: ``micro_batch_size`` rows each). Collective
+        where the strategy is (:attr:`RankStrategy.collective_io`)."""
+        with evaluating(self.model):
+            return self._logprobs(self.model, batch, budget)
+
+    def reference_logprobs(
+        self, batch: RolloutBatch, budget: TokenBudget | None = None
+    ) -> torch.Tensor:
+        """``[B, T]`` log-probabilities under the frozen reference (``budget``: as
+        :meth:`logprobs`).
+
+        Raises:
+            RuntimeError: If the strategy was built without a reference.
+        """
+        return self._logprobs(frozen_reference(self.reference), batch, budget)

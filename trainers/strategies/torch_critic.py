@@ -16,15 +16,21 @@ from typing import Any, ClassVar
 
 import torch
 
-from agentgym.trainers.strategies.base import Metric, ValueLossFunction, accumulated_step
+from agentgym.trainers.strategies.base import (
+    Metric,
+    ValueLossFunction,
+    accumulated_step,
+    evaluating,
+    micro_batches,
+)
 from agentgym.trainers.strategies.hf_folder import load_weights, save_model
 from agentgym.trainers.strategies.optim import (
-    OptimizerConfig,
     build_optimizer,
     load_optimizer,
     optimizer_step,
     save_optimizer,
 )
+from agentgym.trainers.strategies.settings import ModelSettings
 from agentgym.trainers.strategies.torch_strategy import to_device
 from agentgym.trajectory import RolloutBatch
 
@@ -47,50 +53,35 @@ class TorchCritic:
 
     Args:
         model_path: A causal LM folder (the policy's) or a saved value model.
-        dtype: Parameter dtype.
-        device: ``cpu`` or ``cuda``.
-        gradient_checkpointing: Trade compute for activation memory.
-        optimizer: AdamW, its schedule and gradient clipping (``total_steps``: the
-            critic's optimizer steps over the run; ROLL's count has no ``ppo_epochs``).
-        micro_batch_size: Rows per forward pass of :meth:`values`.
-        attn_implementation: Passed to ``from_pretrained`` (None: transformers' default).
         seed: Seeds the fresh value head's initialization (the global RNG is left as it was),
             so that a run repeats.
+        **settings: :class:`~.settings.ModelSettings` (``optimizer``'s ``total_steps``:
+            the critic's optimizer steps over the run; ROLL's count has no ``ppo_epochs``;
+            ``micro_batch_size``: rows per forward pass of :meth:`values`).
     """
 
     collective_io: ClassVar[bool] = False
     """Data parallelism: rank 0 alone saves and exports (every rank holds the same state)."""
 
-    def __init__(
-        self,
-        model_path: str | Path,
-        *,
-        dtype: str = "float32",
-        device: str = "cpu",
-        gradient_checkpointing: bool = False,
-        optimizer: OptimizerConfig = OptimizerConfig(),
-        micro_batch_size: int = 128,
-        attn_implementation: str | None = None,
-        seed: int = 0,
-    ) -> None:
+    def __init__(self, model_path: str | Path, *, seed: int = 0, **settings: Any) -> None:
         from transformers import AutoConfig, AutoModelForTokenClassification
 
-        optimizer.schedule()  # a bad schedule fails before the model is read
-        self.device = torch.device(device)
-        self.micro_batch_size = micro_batch_size
-        self.max_grad_norm = optimizer.max_grad_norm
+        self.settings = ModelSettings(**settings)
+        self.device = torch.device(self.settings.device)
         config = AutoConfig.from_pretrained(str(model_path), num_labels=1)
         config.classifier_dropout = 0.0  # set after loading: from_pretrained drops unknown keys
-        extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
         with torch.random.fork_rng(devices=[]):  # the CPU's RNG only, restored after
             torch.default_generator.manual_seed(seed)  # the head is initialised on the CPU
             model = AutoModelForTokenClassification.from_pretrained(
-                str(model_path), config=config, dtype=getattr(torch, dtype), **extra
+                str(model_path),
+                config=config,
+                dtype=getattr(torch, self.settings.dtype),
+                **self.settings.attention(),
             )
         self.model = model.to(self.device)
-        if gradient_checkpointing:
+        if self.settings.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
-        self.optimizer, self.scheduler = build_optimizer(self.model, optimizer)
+        self.optimizer, self.scheduler = build_optimizer(self.model, self.settings.optimizer)
 
     def train(self, mode: bool = True) -> None:
         """Training or evaluation mode of the value model."""
@@ -99,19 +90,13 @@ class TorchCritic:
     @torch.no_grad()
     def values(self, batch: RolloutBatch) -> torch.Tensor:
         """``[B, T]`` values under the current weights (eval mode, no gradient)."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            width = batch.input_ids.shape[1]
-            parts = [torch.zeros(0, width)]  # an empty share (more ranks than rows) is [0, T]
-            for start in range(0, len(batch), self.micro_batch_size):
-                rows = slice(start, start + self.micro_batch_size)
-                part = batch.rows(rows, width=int(batch.attention_mask[rows].sum(1).max()))
+        width = batch.input_ids.shape[1]
+        parts = [torch.zeros(0, width)]  # an empty share (more ranks than rows) is [0, T]
+        with evaluating(self.model):
+            for part in micro_batches(batch, self.settings.micro_batch_size):
                 values = value_forward(self.model, to_device(part, self.device)).cpu()
                 parts.append(torch.nn.functional.pad(values, (0, width - values.shape[1])))
-            return torch.cat(parts)  # [B, T]
-        finally:
-            self.model.train(was_training)
+        return torch.cat(parts)  # [B, T]
 
     def train_step(
         self, micro_batches: Sequence[RolloutBatch], loss_fn: ValueLossFunction
@@ -135,7 +120,8 @@ class TorchCritic:
 
     def optimizer_step(self) -> dict[str, Metric]:
         """Sum the gradients over the data-parallel group, clip, step; ``grad_norm``, ``lr``."""
-        return optimizer_step(self.model, self.optimizer, self.scheduler, self.max_grad_norm)
+        max_grad_norm = self.settings.optimizer.max_grad_norm
+        return optimizer_step(self.model, self.optimizer, self.scheduler, max_grad_norm)
 
     def save(self, directory: Path) -> None:
         """Write the value model under ``model/`` and the optimizer and scheduler states."""

@@ -12,8 +12,8 @@ from agentgym.trainers.strategies.base import (
     LossFunction,
     Metric,
     ModelOutputs,
+    PolicyBase,
     accumulated_step,
-    frozen_reference,
 )
 from agentgym.trainers.strategies.batching import TokenBudget, cut, fit_width, in_batch_order
 from agentgym.trainers.strategies.hf_folder import load_weights, save_model, write_streamed
@@ -27,13 +27,13 @@ from agentgym.trainers.strategies.lora import (
     save_adapter,
 )
 from agentgym.trainers.strategies.optim import (
-    OptimizerConfig,
     build_optimizer,
     load_optimizer,
     optimizer_step,
     save_optimizer,
 )
-from agentgym.trainers.strategies.vocab import first_scored, next_token_logprobs
+from agentgym.trainers.strategies.settings import PolicySettings, load_reference
+from agentgym.trainers.strategies.vocab import VocabSlice, first_scored, next_token_logprobs
 from agentgym.trajectory import RolloutBatch
 
 
@@ -69,11 +69,8 @@ def forward(
     picked, token_entropy = next_token_logprobs(
         logits,
         batch.input_ids[:, first:],
-        vocab_start=0,
-        vocab_size=logits.shape[-1],
+        VocabSlice.whole(logits.shape[-1]),
         temperature=temperature,
-        reduce_sum=_same,
-        reduce_max=_same,
         with_entropy=with_entropy,
     )  # [B, T-first]
     zeros = picked.new_zeros(picked.shape[0], first)
@@ -90,8 +87,49 @@ def forward(
     return ModelOutputs(torch.cat([zeros, picked], 1), entropy, full_logits)
 
 
-def _same(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor  # one device holds the whole vocabulary: a sum over it is the sum
+def cut_logprobs(
+    model: Any,
+    parts: Sequence[RolloutBatch],
+    order: torch.Tensor,
+    width: int,
+    temperature: float,
+    device: torch.device,
+) -> torch.Tensor:
+    """``[B, T]`` log-probabilities (``T``: ``width``) of a batch :func:`~.batching.cut`
+    into ``parts`` in ``order``, one forward pass per part on ``device``, on the CPU."""
+    rows = [torch.zeros(0, width)]  # an empty share (more ranks than rows) is [0, T]
+    for part in parts:
+        out = forward(model, to_device(part, device), temperature=temperature, scored_only=True)
+        rows.append(fit_width(out.logprobs.cpu(), width))
+    return in_batch_order(torch.cat(rows), order)  # [B, T]
+
+
+def micro_batch_loss(
+    model: Any, reference: Any, batch: RolloutBatch, loss_fn: LossFunction, *, temperature: float
+) -> tuple[torch.Tensor, dict[str, Metric]]:
+    """``loss_fn`` on ``model``'s :func:`forward` of ``batch`` with what the loss needs
+    (entropy, logits, and the reference's logits, without gradient).
+
+    Raises:
+        RuntimeError: If the loss needs reference logits and ``reference`` is None.
+    """
+    needs = loss_fn.needs
+    outputs = forward(
+        model,
+        batch,
+        temperature=temperature,
+        with_entropy=needs.entropy,
+        with_logits=needs.logits,
+        scored_only=True,
+    )
+    if needs.ref_logits:
+        if reference is None:
+            raise RuntimeError("the loss needs reference logits; build with reference_path")
+        with torch.no_grad():
+            outputs.ref_logits = forward(
+                reference, batch, temperature=temperature, with_logits=True, scored_only=True
+            ).logits
+    return loss_fn(outputs, batch)
 
 
 _KEEPS: dict[type, bool] = {}
@@ -119,118 +157,65 @@ def _takes_logits_to_keep(model: Any) -> bool:
     return _KEEPS[kind]
 
 
-class TorchStrategy:
+class TorchStrategy(PolicyBase):
     """Train a transformers causal LM with AdamW, a learning-rate schedule, gradient
     accumulation and gradient-norm clipping, in this process.
 
     Args:
         model_path: A local Hugging Face model folder.
-        dtype: Parameter dtype of the policy and the reference (``float32``, ``bfloat16``).
-        device: ``cpu`` or ``cuda``.
-        gradient_checkpointing: Trade compute for activation memory.
-        optimizer: AdamW, its schedule and gradient clipping.
-        temperature: The sampling temperature; logits are divided by it.
-        micro_batch_size: Rows per forward pass of :meth:`logprobs`.
-        reference_path: The frozen reference model's folder (None: no reference). With
-            ``lora``, the policy's own folder: the reference is the base under the
-            adapter (:class:`~.lora.AdapterOff`), no second copy.
-        attn_implementation: Passed to ``from_pretrained`` (None: transformers' default).
         lora: Train a LoRA adapter (:mod:`~agentgym.trainers.strategies.lora`) instead of
-            every weight (None); the optimizer holds the adapter's parameters only.
+            every weight (None); the optimizer holds the adapter's parameters only. With
+            a ``reference_path``, it must be the policy's own folder: the reference is
+            the base under the adapter (:class:`~.lora.AdapterOff`), no second copy.
+        **settings: :class:`~.settings.PolicySettings` (dtype, device, optimizer,
+            temperature, ``micro_batch_size`` rows per forward pass of :meth:`logprobs`,
+            the reference's folder, ...).
     """
 
     collective_io: ClassVar[bool] = False
     """Data parallelism: rank 0 alone saves and exports (every rank holds the same state)."""
 
     def __init__(
-        self,
-        model_path: str | Path,
-        *,
-        dtype: str = "float32",
-        device: str = "cpu",
-        gradient_checkpointing: bool = False,
-        optimizer: OptimizerConfig = OptimizerConfig(),
-        temperature: float = 1.0,
-        micro_batch_size: int = 128,
-        reference_path: str | Path | None = None,
-        attn_implementation: str | None = None,
-        lora: LoraSettings | None = None,
+        self, model_path: str | Path, *, lora: LoraSettings | None = None, **settings: Any
     ) -> None:
-        optimizer.schedule()  # a bad schedule fails before the model is read
+        self.settings = PolicySettings(**settings)
+        reference_path = self.settings.reference_path
         if lora is not None and reference_path is not None:
             _check_lora_reference(model_path, reference_path)
         self.model_path = Path(model_path)
         self.lora = lora
-        self.device = torch.device(device)
-        self.temperature = temperature
-        self.micro_batch_size = micro_batch_size
-        self.max_grad_norm = optimizer.max_grad_norm
-        self.model = self._load(model_path, dtype, attn_implementation)
-        if gradient_checkpointing:
+        self.device = torch.device(self.settings.device)
+        self.model = self._load(self.model_path)
+        if self.settings.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
-        self.reference: Any = None
-        if lora is not None:
-            if gradient_checkpointing:  # the frozen embedding's output must carry a gradient
+        if lora is None:
+            self.reference = load_reference(reference_path, self._load)
+        else:
+            if self.settings.gradient_checkpointing:
+                # the frozen embedding's output must carry a gradient
                 self.model.enable_input_require_grads()
             self.model = add_adapter(self.model, lora)
-            if reference_path is not None:
-                self.reference = AdapterOff(self.model)
-        elif reference_path is not None:
-            self.reference = self._load(reference_path, dtype, attn_implementation)
-            self.reference.eval().requires_grad_(False)
-        self.optimizer, self.scheduler = build_optimizer(self.model, optimizer)
+            self.reference = None if reference_path is None else AdapterOff(self.model)
+        self.optimizer, self.scheduler = build_optimizer(self.model, self.settings.optimizer)
 
-    def _load(self, path: str | Path, dtype: str, attn_implementation: str | None) -> Any:
+    def _load(self, path: Path) -> Any:
         from transformers import AutoModelForCausalLM
 
-        extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
         model = AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=getattr(torch, dtype), **extra
+            str(path), dtype=getattr(torch, self.settings.dtype), **self.settings.attention()
         )
         return model.to(self.device)  # type: ignore[arg-type]
 
     def _to_device(self, batch: RolloutBatch) -> RolloutBatch:
         return to_device(batch, self.device)
 
-    def train(self, mode: bool = True) -> None:
-        """Training (dropout on) or evaluation mode of the policy."""
-        self.model.train(mode)
-
     @torch.no_grad()
     def _logprobs(
         self, model: Any, batch: RolloutBatch, budget: TokenBudget | None
     ) -> torch.Tensor:
+        parts, order = cut(batch, self.settings.micro_batch_size, budget)
         width = batch.input_ids.shape[1]
-        parts, order = cut(batch, self.micro_batch_size, budget)
-        rows = [torch.zeros(0, width)]  # an empty share (more ranks than rows) is [0, T]
-        for part in parts:
-            out = forward(
-                model, self._to_device(part), temperature=self.temperature, scored_only=True
-            )
-            rows.append(fit_width(out.logprobs.cpu(), width))
-        return in_batch_order(torch.cat(rows), order)  # [B, T]
-
-    def logprobs(self, batch: RolloutBatch, budget: TokenBudget | None = None) -> torch.Tensor:
-        """``[B, T]`` log-probabilities under the current weights (eval mode, no gradient),
-        0 off the loss mask, on ``budget``'s micro-batches (None: ``micro_batch_size``
-        rows each)."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            return self._logprobs(self.model, batch, budget)
-        finally:
-            self.model.train(was_training)
-
-    def reference_logprobs(
-        self, batch: RolloutBatch, budget: TokenBudget | None = None
-    ) -> torch.Tensor:
-        """``[B, T]`` log-probabilities under the frozen reference (``budget``: as
-        :meth:`logprobs`).
-
-        Raises:
-            RuntimeError: If the strategy was built without a reference.
-        """
-        return self._logprobs(frozen_reference(self.reference), batch, budget)
+        return cut_logprobs(model, parts, order, width, self.settings.temperature, self.device)
 
     def train_step(
         self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction
@@ -252,32 +237,14 @@ class TorchStrategy:
             Each micro-batch's metrics, in order (a data-parallel group folds
             all ranks' lists in the mini-batch's order).
         """
-        needs = loss_fn.needs
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         results = []
         for part in micro_batches:
             part = self._to_device(part)
-            outputs = forward(
-                self.model,
-                part,
-                temperature=self.temperature,
-                with_entropy=needs.entropy,
-                with_logits=needs.logits,
-                scored_only=True,
+            loss, metrics = micro_batch_loss(
+                self.model, self.reference, part, loss_fn, temperature=self.settings.temperature
             )
-            if needs.ref_logits:
-                if self.reference is None:
-                    raise RuntimeError("the loss needs reference logits; build with reference_path")
-                with torch.no_grad():
-                    outputs.ref_logits = forward(
-                        self.reference,
-                        part,
-                        temperature=self.temperature,
-                        with_logits=True,
-                        scored_only=True,
-                    ).logits
-            loss, metrics = loss_fn(outputs, part)
             loss.backward()
             results.append(metrics)
         return results
@@ -289,7 +256,8 @@ class TorchStrategy:
         Returns:
             ``grad_norm`` (before clipping) and ``lr`` (of this step).
         """
-        return optimizer_step(self.model, self.optimizer, self.scheduler, self.max_grad_norm)
+        max_grad_norm = self.settings.optimizer.max_grad_norm
+        return optimizer_step(self.model, self.optimizer, self.scheduler, max_grad_norm)
 
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The model's parameters and buffers by Hugging Face name (the live tensors);

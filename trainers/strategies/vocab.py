@@ -11,6 +11,7 @@ same on every rank.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,6 +20,32 @@ if TYPE_CHECKING:
     from agentgym.trajectory import RolloutBatch
 
 Reduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor  # one rank holds the whole vocabulary: a sum over it is the sum
+
+
+@dataclass(frozen=True)
+class VocabSlice:
+    """This rank's slice of the vocabulary, as the logits' last dimension holds it.
+
+    Attributes:
+        start: The first vocabulary id of the slice (ids ``start .. start + V_local``).
+        size: The true vocabulary size (ids past it are padding rows).
+        reduce_sum: Sum over the tensor-parallel ranks (no gradient needed).
+        reduce_max: Max over the tensor-parallel ranks (no gradient needed).
+    """
+
+    start: int
+    size: int
+    reduce_sum: Reduce = _local
+    reduce_max: Reduce = _local
+
+    @classmethod
+    def whole(cls, size: int) -> VocabSlice:
+        """The whole vocabulary of ``size`` ids on one rank."""
+        return cls(0, size)
 
 
 class _VocabParallelLogprobs(torch.autograd.Function):
@@ -33,13 +60,11 @@ class _VocabParallelLogprobs(torch.autograd.Function):
         ctx: Any,
         logits: torch.Tensor,
         targets: torch.Tensor,
-        vocab_start: int,
-        vocab_size: int,
+        vocab: VocabSlice,
         temperature: float,
-        reduce_sum: Reduce,
-        reduce_max: Reduce,
         with_entropy: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        vocab_start, reduce_sum = vocab.start, vocab.reduce_sum
         probs = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
         probs.copy_(logits)
         scale = 1.0 / temperature if temperature > 0 and temperature != 1.0 else 1.0
@@ -47,10 +72,10 @@ class _VocabParallelLogprobs(torch.autograd.Function):
             probs.mul_(scale)
         local = probs.shape[-1]
         ids = torch.arange(vocab_start, vocab_start + local, device=probs.device)  # [V_local]
-        padding = ids >= vocab_size
+        padding = ids >= vocab.size
         if bool(padding.any()):
             probs.masked_fill_(padding, float("-inf"))
-        probs.sub_(reduce_max(probs.max(-1).values)[..., None])  # shifted
+        probs.sub_(vocab.reduce_max(probs.max(-1).values)[..., None])  # shifted
         mine = (targets >= vocab_start) & (targets < vocab_start + local)  # [B, T]
         index = (targets - vocab_start).clamp(0, local - 1)
         picked = probs.gather(-1, index[..., None])[..., 0]
@@ -93,18 +118,15 @@ class _VocabParallelLogprobs(torch.autograd.Function):
         )
         if ctx.scale != 1.0:
             grad.mul_(ctx.scale)
-        return (grad.to(ctx.logits_dtype), None, None, None, None, None, None, None)
+        return (grad.to(ctx.logits_dtype), None, None, None, None)
 
 
 def vocab_parallel_logprobs(
     logits: torch.Tensor,
     targets: torch.Tensor,
+    vocab: VocabSlice,
     *,
-    vocab_start: int,
-    vocab_size: int,
     temperature: float,
-    reduce_sum: Reduce,
-    reduce_max: Reduce,
     with_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log p(target) and the entropy, from this rank's vocabulary slice.
@@ -113,27 +135,23 @@ def vocab_parallel_logprobs(
     for the backward pass; the entropy adds a transient one.
 
     Args:
-        logits: ``[B, T, V_local]`` this rank's logits for vocabulary ids
-            ``vocab_start .. vocab_start + V_local``.
+        logits: ``[B, T, V_local]`` this rank's logits for the ids of ``vocab``.
         targets: ``[B, T]`` the token each position predicts.
-        vocab_start: The first vocabulary id of this rank's slice.
-        vocab_size: The true vocabulary size (ids past it are padding rows).
+        vocab: This rank's slice of the vocabulary (:meth:`VocabSlice.whole`: all of it).
         temperature: Logits are divided by it when it is > 0 and != 1.
-        reduce_sum: Sum over the TP ranks (no gradient needed).
-        reduce_max: Max over the TP ranks (no gradient needed).
         with_entropy: Also return the entropy.
 
     Returns:
         ``[B, T]`` log-probabilities, and ``[B, T]`` entropies or None.
     """
     logprobs, entropy = _VocabParallelLogprobs.apply(
-        logits, targets, vocab_start, vocab_size, temperature, reduce_sum, reduce_max, with_entropy
+        logits, targets, vocab, temperature, with_entropy
     )
     return logprobs, entropy if with_entropy else None
 
 
 def next_token_logprobs(
-    logits: torch.Tensor, targets: torch.Tensor, **options: Any
+    logits: torch.Tensor, targets: torch.Tensor, vocab: VocabSlice, **options: Any
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`vocab_parallel_logprobs` of ``targets`` (``[B, T - 1]``) from the
     ``[B, T, V_local]`` logits of the positions before them, the last position's logits
@@ -141,7 +159,7 @@ def next_token_logprobs(
     backward pass allocate a second full-size gradient. ``options``: the keywords of
     :func:`vocab_parallel_logprobs`."""
     padded = torch.nn.functional.pad(targets, (0, 1))
-    logprobs, entropy = vocab_parallel_logprobs(logits, padded, **options)
+    logprobs, entropy = vocab_parallel_logprobs(logits, padded, vocab, **options)
     return logprobs[:, :-1], None if entropy is None else entropy[:, :-1]
 
 

@@ -19,28 +19,23 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from agentgym.trainers.strategies.base import LossFunction, Metric, MetricReducer, frozen_reference
-from agentgym.trainers.strategies.batching import TokenBudget, cut, fit_width, in_batch_order
+from agentgym.trainers.strategies.base import LossFunction, Metric, PolicyBase, step_metrics
+from agentgym.trainers.strategies.batching import TokenBudget, cut
 from agentgym.trainers.strategies.fsdp2 import shard as sharding
 from agentgym.trainers.strategies.fsdp2.options import parse_dtype
 from agentgym.trainers.strategies.fsdp2.options import wrap_policy as parse_wrap_policy
-from agentgym.trainers.strategies.optim import OptimizerConfig, build_optimizer
-from agentgym.trainers.strategies.torch_strategy import forward, to_device
+from agentgym.trainers.strategies.optim import build_optimizer
+from agentgym.trainers.strategies.settings import PolicySettings, load_reference
+from agentgym.trainers.strategies.torch_strategy import cut_logprobs, micro_batch_loss, to_device
 from agentgym.trajectory import RolloutBatch
 
 
-class FSDP2Strategy:
+class FSDP2Strategy(PolicyBase):
     """Train a transformers causal LM sharded with FSDP2: AdamW over the shards, a
     learning-rate schedule, gradient accumulation and global-norm clipping.
 
     Args:
         model_path: A local Hugging Face model folder.
-        dtype: The parameters' storage dtype (``model_args.dtype``): the optimizer
-            updates them in it.
-        device: ``cpu`` (gloo) or ``cuda`` (NCCL; this rank's current device).
-        gradient_checkpointing: Recompute each layer's activations in backward.
-        optimizer, temperature, micro_batch_size, reference_path, attn_implementation:
-            As :class:`~.torch_strategy.TorchStrategy`.
         fsdp_size: Ranks of a sharding group (ROLL's key): <= 1 or >= the world size
             shard over all ranks; a divisor in between is hybrid sharding (replicas
             of ``fsdp_size``-way shards).
@@ -56,6 +51,12 @@ class FSDP2Strategy:
             gradients (sharded accumulation); False keeps whole gradients until the
             last micro-batch (one reduction, more memory).
         async_save_ckpt: Accepted as False only (checked before the model is built).
+        **settings: :class:`~.settings.PolicySettings`, as
+            :class:`~.torch_strategy.TorchStrategy` takes them, but: ``dtype`` is the
+            parameters' storage dtype (``model_args.dtype``), which the optimizer
+            updates them in; ``device`` is ``cpu`` (gloo) or ``cuda`` (NCCL; this
+            rank's current device); ``gradient_checkpointing`` recomputes each layer's
+            activations in backward.
     """
 
     collective_io: ClassVar[bool] = True
@@ -65,14 +66,6 @@ class FSDP2Strategy:
         self,
         model_path: str | Path,
         *,
-        dtype: str = "float32",
-        device: str = "cpu",
-        gradient_checkpointing: bool = False,
-        optimizer: OptimizerConfig = OptimizerConfig(),
-        temperature: float = 1.0,
-        micro_batch_size: int = 128,
-        reference_path: str | Path | None = None,
-        attn_implementation: str | None = None,
         fsdp_size: int = 1,
         param_dtype: str | None = None,
         reduce_dtype: str | None = "float32",
@@ -81,15 +74,13 @@ class FSDP2Strategy:
         wrap_policy: Mapping[str, Any] | None = None,
         reduce_scatter_during_grad_accumulation: bool = True,
         async_save_ckpt: bool = False,
+        **settings: Any,
     ) -> None:
-        optimizer.schedule()  # a bad schedule fails before the model is read
+        self.settings = PolicySettings(**settings)
         self.model_path = Path(model_path)
-        self.device = _device(device)
-        self.temperature = temperature
-        self.micro_batch_size = micro_batch_size
-        self.max_grad_norm = optimizer.max_grad_norm
+        self.device = _device(self.settings.device)
         self.reduce_each_micro_batch = reduce_scatter_during_grad_accumulation
-        self.dtype = parse_dtype("dtype", dtype)
+        self.dtype = parse_dtype("dtype", self.settings.dtype)
         computed = parse_dtype("param_dtype", param_dtype)
         self._shard_options: dict[str, Any] = {
             "param_dtype": None if computed == self.dtype else computed,
@@ -98,15 +89,13 @@ class FSDP2Strategy:
             "offload": bool(offload_policy),
         }
         self.policy = parse_wrap_policy(wrap_policy)
-        self.attn_implementation = attn_implementation
         sharding.ensure_process_group(self.device)
         self.mesh = sharding.device_mesh(fsdp_size, self.device)
-        self.model = self._build(self.model_path, gradient_checkpointing)
-        self.reference = None
-        if reference_path is not None:
-            self.reference = self._build(Path(reference_path), False)
-            self.reference.eval().requires_grad_(False)
-        self.optimizer, self.scheduler = build_optimizer(self.model, optimizer)
+        self.model = self._build(self.model_path, self.settings.gradient_checkpointing)
+        self.reference = load_reference(
+            self.settings.reference_path, lambda path: self._build(path, False)
+        )
+        self.optimizer, self.scheduler = build_optimizer(self.model, self.settings.optimizer)
 
     def _build(self, path: Path, gradient_checkpointing: bool) -> Any:
         """The model at ``path``, sharded. Rank 0 alone reads the checkpoint into host
@@ -115,8 +104,7 @@ class FSDP2Strategy:
         offload every rank reads it (the broadcast would place shards on the GPU)."""
         from transformers import AutoConfig, AutoModelForCausalLM
 
-        extra = {"attn_implementation": self.attn_implementation}
-        options = {k: v for k, v in extra.items() if v}
+        options = self.settings.attention()
         broadcast = dist.get_world_size() > 1 and not self._shard_options["offload"]
         full: dict[str, torch.Tensor] = {}
         if broadcast and dist.get_rank() != 0:
@@ -158,46 +146,17 @@ class FSDP2Strategy:
     def _logprobs(
         self, model: Any, batch: RolloutBatch, budget: TokenBudget | None
     ) -> torch.Tensor:
+        parts, order = cut(batch, self.settings.micro_batch_size, budget)
+        # one all-reduce on every rank before the passes, whose gathers must line up
+        fillers = self._most_over_ranks(len(parts)) - len(parts)
         width = batch.input_ids.shape[1]
-        parts, order = cut(batch, self.micro_batch_size, budget)
-        rows = [torch.zeros(0, width)]  # an empty share (more ranks than rows) is [0, T]
-        for index in range(self._most_over_ranks(len(parts))):
-            if index >= len(parts):
-                self._filler_logits(model)
-                continue
-            part = to_device(parts[index], self.device)
-            out = forward(model, part, temperature=self.temperature, scored_only=True)
-            rows.append(fit_width(out.logprobs.cpu(), width))
+        rows = cut_logprobs(model, parts, order, width, self.settings.temperature, self.device)
+        for _ in range(fillers):
+            self._filler_logits(model)
         sharding.reshard(model)
-        return in_batch_order(torch.cat(rows), order)  # [B, T]
-
-    def logprobs(self, batch: RolloutBatch, budget: TokenBudget | None = None) -> torch.Tensor:
-        """``[B, T]`` log-probabilities of this rank's ``batch`` under the current
-        weights (eval mode, no gradient), on ``budget``'s micro-batches (None:
-        ``micro_batch_size`` rows each). Collective."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            return self._logprobs(self.model, batch, budget)
-        finally:
-            self.model.train(was_training)
-
-    def reference_logprobs(
-        self, batch: RolloutBatch, budget: TokenBudget | None = None
-    ) -> torch.Tensor:
-        """``[B, T]`` log-probabilities under the frozen (sharded) reference (``budget``:
-        as :meth:`logprobs`). Collective.
-
-        Raises:
-            RuntimeError: If the strategy was built without a reference.
-        """
-        return self._logprobs(frozen_reference(self.reference), batch, budget)
+        return rows  # [B, T]
 
     # Training ---------------------------------------------------------------------------
-
-    def train(self, mode: bool = True) -> None:
-        """Training (dropout on) or evaluation mode of the policy."""
-        self.model.train(mode)
 
     def train_step(
         self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction
@@ -213,12 +172,7 @@ class FSDP2Strategy:
         if dist.get_world_size() > 1:
             shares = [None] * dist.get_world_size()
             dist.all_gather_object(shares, own)
-        reducer = MetricReducer()
-        for share in shares:
-            for metrics in share:
-                reducer.add(metrics)
-        reducer.add(self.optimizer_step())
-        return reducer.metrics()
+        return step_metrics([m for share in shares for m in share], self.optimizer_step())
 
     def accumulate(
         self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction
@@ -246,24 +200,9 @@ class FSDP2Strategy:
                 (self._filler_logits(self.model).float().sum() * 0.0).backward()
                 continue
             part = to_device(micro_batches[index], self.device)
-            outputs = forward(
-                self.model,
-                part,
-                temperature=self.temperature,
-                with_entropy=needs.entropy,
-                with_logits=needs.logits,
-                scored_only=True,
+            loss, metrics = micro_batch_loss(
+                self.model, self.reference, part, loss_fn, temperature=self.settings.temperature
             )
-            if needs.ref_logits:
-                with torch.no_grad():
-                    outputs.ref_logits = forward(
-                        self.reference,
-                        part,
-                        temperature=self.temperature,
-                        with_logits=True,
-                        scored_only=True,
-                    ).logits
-            loss, metrics = loss_fn(outputs, part)
             loss.backward()
             results.append(metrics)
         if self.reference is not None and needs.ref_logits:
@@ -285,9 +224,10 @@ class FSDP2Strategy:
         squares = squares.to(self.device)
         dist.all_reduce(squares, group=self.mesh["fsdp"].get_group())  # replicas agree
         norm = squares.sqrt()
-        if self.max_grad_norm is not None:
+        max_grad_norm = self.settings.optimizer.max_grad_norm
+        if max_grad_norm is not None:
             # torch.nn.utils.clip_grad_norm_'s rule, on the local shards
-            scale = torch.clamp(self.max_grad_norm / (norm + 1e-6), max=1.0)
+            scale = torch.clamp(max_grad_norm / (norm + 1e-6), max=1.0)
             for grad in local:
                 grad.mul_(scale.to(grad.device, grad.dtype))
         metrics = {

@@ -36,7 +36,7 @@ its own check on CPU (``ShardedTensor.flattened_range is not supported``)."""
 
 
 def _sharded(strategy: MegatronStrategy, *, is_loading: bool) -> dict[str, object]:
-    model = strategy.model.sharded_state_dict()  # type: ignore[operator]
+    model = strategy.model.sharded_state_dict()
     return {
         "model": model,
         "optimizer": strategy.optimizer.sharded_state_dict(

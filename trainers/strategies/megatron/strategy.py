@@ -19,9 +19,9 @@ import torch
 from agentgym.trainers.strategies.base import (
     LossFunction,
     Metric,
-    MetricReducer,
     ModelOutputs,
-    frozen_reference,
+    PolicyBase,
+    step_metrics,
 )
 from agentgym.trainers.strategies.batching import TokenBudget, cut, fit_width, in_batch_order
 from agentgym.trainers.strategies.megatron import parallel
@@ -41,33 +41,30 @@ from agentgym.trainers.strategies.megatron.weights import (
     local_rules,
     shapes_of,
 )
-from agentgym.trainers.strategies.optim import OptimizerConfig
+from agentgym.trainers.strategies.settings import PolicySettings, load_reference
 from agentgym.trainers.strategies.torch_strategy import to_device
-from agentgym.trainers.strategies.vocab import first_scored, next_token_logprobs
+from agentgym.trainers.strategies.vocab import VocabSlice, first_scored, next_token_logprobs
 from agentgym.trajectory import RolloutBatch
 
 
-class MegatronStrategy:
+class MegatronStrategy(PolicyBase):
     """Train a Hugging Face decoder as a megatron-core ``GPTModel``.
 
     Args:
         model_path: A local Hugging Face model folder (Qwen2/2.5, Llama, Qwen3).
-        dtype: Parameter dtype (``float32``, ``bfloat16``).
-        optimizer: megatron-core's Adam with these settings (its weight decay leaves
-            biases and norms out), the schedule and gradient clipping.
-        temperature: The sampling temperature; logits are divided by it.
-        micro_batch_size: Rows per forward pass of :meth:`logprobs`.
-        reference_path: The frozen reference model's folder (None: no reference).
         tensor_model_parallel_size, pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size, context_parallel_size,
         expert_model_parallel_size, sequence_parallel, recompute_granularity,
         use_distributed_optimizer, overlap_grad_reduce: ROLL's ``strategy_config``
             keys (see :func:`~agentgym.trainers.strategies.megatron.options.check_options`).
         seed: Seed of megatron-core's RNG tracker.
-        device, gradient_checkpointing, attn_implementation: The torch strategy's
-            role settings, accepted and unused: each rank runs on its own device
-            (CUDA when available), recomputation is ``recompute_granularity``,
-            attention is megatron-core's.
+        **settings: :class:`~agentgym.trainers.strategies.settings.PolicySettings`:
+            ``dtype`` is ``float32`` or ``bfloat16``; ``optimizer`` is megatron-core's
+            Adam with these settings (its weight decay leaves biases and norms out),
+            the schedule and gradient clipping; ``device``, ``gradient_checkpointing``
+            and ``attn_implementation`` are accepted and unused: each rank runs on its
+            own device (CUDA when available), recomputation is
+            ``recompute_granularity``, attention is megatron-core's.
     """
 
     collective_io: ClassVar[bool] = True
@@ -78,11 +75,6 @@ class MegatronStrategy:
         self,
         model_path: str | Path,
         *,
-        dtype: str = "float32",
-        optimizer: OptimizerConfig = OptimizerConfig(),
-        temperature: float = 1.0,
-        micro_batch_size: int = 128,
-        reference_path: str | Path | None = None,
         tensor_model_parallel_size: int = 1,
         pipeline_model_parallel_size: int = 1,
         virtual_pipeline_model_parallel_size: int | None = None,
@@ -93,12 +85,12 @@ class MegatronStrategy:
         use_distributed_optimizer: bool = False,
         overlap_grad_reduce: bool = False,
         seed: int = 0,
-        device: str = "cpu",
-        gradient_checkpointing: bool = False,
-        attn_implementation: str | None = None,
+        **settings: Any,
     ) -> None:
         from transformers import AutoConfig
 
+        self.settings = PolicySettings(**settings)
+        dtype = self.settings.dtype
         if dtype not in ("float32", "bfloat16"):
             raise ValueError(
                 f"the Megatron strategy trains in float32 or bfloat16, not dtype={dtype!r}: "
@@ -119,10 +111,7 @@ class MegatronStrategy:
         )
         self.model_path = Path(model_path)
         self.hf_config = AutoConfig.from_pretrained(str(model_path))
-        self.temperature = temperature
-        self.micro_batch_size = micro_batch_size
-        self.learning_rate = optimizer.learning_rate
-        self.schedule = optimizer.schedule()
+        self.schedule = self.settings.optimizer.schedule()
         self.step = 0
         self.tied = bool(self.hf_config.tie_word_embeddings)
         params_dtype = getattr(torch, dtype)
@@ -141,14 +130,11 @@ class MegatronStrategy:
             self._head = HeadFrom()
             self._head_cuts = not self.config.sequence_parallel and context_parallel_size == 1
             self.model = self._build(self.model_path)
-            self.reference = None
-            if reference_path is not None:
-                self.reference = self._build(Path(reference_path))
-                self.reference.eval().requires_grad_(False)
+            self.reference = load_reference(self.settings.reference_path, self._build)
             self.ddp, self.optimizer = parallel.wrap_for_training(
                 self.model,
                 self.config,
-                optimizer,
+                self.settings.optimizer,
                 use_distributed_optimizer=use_distributed_optimizer,
                 overlap_grad_reduce=overlap_grad_reduce,
             )
@@ -184,14 +170,17 @@ class MegatronStrategy:
         """``[B, T]`` logprobs, 0 off the loss mask as the torch strategy's, from the last
         stage's ``[B, T - first + 1, V_local]`` logits of the positions from ``first - 1``
         on (:meth:`_forward`)."""
+        vocab = VocabSlice(
+            self.groups.tp_rank * logits.shape[-1],
+            self.hf_config.vocab_size,
+            reduce_sum=parallel.tp_sum,
+            reduce_max=parallel.tp_max,
+        )
         logprobs, entropy = next_token_logprobs(
             logits,
             batch.input_ids[:, first:],
-            vocab_start=self.groups.tp_rank * logits.shape[-1],
-            vocab_size=self.hf_config.vocab_size,
-            temperature=self.temperature,
-            reduce_sum=parallel.tp_sum,
-            reduce_max=parallel.tp_max,
+            vocab,
+            temperature=self.settings.temperature,
             with_entropy=with_entropy,
         )
         # the same zeros off the loss mask however the rows were cut into micro-batches
@@ -224,7 +213,7 @@ class MegatronStrategy:
         rows = [part for share in shares for part in share]
         full = parallel.concat_rows(rows)
         mine = parallel.data_share(len(full), self.groups)
-        parts, order = cut(full.rows(slice(*mine)), self.micro_batch_size, budget)
+        parts, order = cut(full.rows(slice(*mine)), self.settings.micro_batch_size, budget)
         width = full.input_ids.shape[1]
 
         def step(data: Iterator[RolloutBatch], module: torch.nn.Module) -> Any:
@@ -251,29 +240,14 @@ class MegatronStrategy:
     def logprobs(self, batch: RolloutBatch, budget: TokenBudget | None = None) -> torch.Tensor:
         """``[B, T]`` log-probabilities of this rank's ``batch`` (0 off the loss mask), no
         gradient; each replica's rows on ``budget``'s micro-batches (None:
-        ``micro_batch_size`` rows)."""
+        ``micro_batch_size`` rows). The policy is in training mode after."""
         self.model.eval()
         try:
             return self._logprobs(self.model, batch, budget)
         finally:
             self.model.train()
 
-    def reference_logprobs(
-        self, batch: RolloutBatch, budget: TokenBudget | None = None
-    ) -> torch.Tensor:
-        """``[B, T]`` log-probabilities under the frozen reference (``budget``: as
-        :meth:`logprobs`).
-
-        Raises:
-            RuntimeError: If the strategy was built without a reference.
-        """
-        return self._logprobs(frozen_reference(self.reference), batch, budget)
-
     # Training -----------------------------------------------------------------------
-
-    def train(self, mode: bool = True) -> None:
-        """Training (dropout on) or evaluation mode of the policy."""
-        self.model.train(mode)
 
     def train_step(
         self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction
@@ -285,11 +259,7 @@ class MegatronStrategy:
             ``grad_norm`` and ``lr``.
         """
         self.accumulate(micro_batches, loss_fn)
-        reducer = MetricReducer()
-        for metrics in self._pending:
-            reducer.add(metrics)
-        reducer.add(self.optimizer_step())
-        return reducer.metrics()
+        return step_metrics(self._pending, self.optimizer_step())
 
     def accumulate(
         self, micro_batches: Sequence[RolloutBatch], loss_fn: LossFunction
@@ -343,7 +313,7 @@ class MegatronStrategy:
         Returns:
             ``grad_norm`` (before clipping) and ``lr`` (of this step).
         """
-        lr = self.learning_rate * self.schedule(self.step)
+        lr = self.settings.optimizer.learning_rate * self.schedule(self.step)
         with device_mode():
             norm = parallel.optimizer_step(self.optimizer, lr)
         self.step += 1
