@@ -10,7 +10,6 @@ the explorers' (``mode: explore`` validates each version it loads, every
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentgym.job.buffer import ExplorerRecord
 from agentgym.job.published_weights import WeightPublisher
 from agentgym.job.schedule import SyncSchedule
+from agentgym.job.waiting import Waiting
 from agentgym.rollout.async_rollout import bounded_update, staleness_metrics
 from agentgym.rollout.metrics import rollout_metrics
 from agentgym.rollout.source import StepRollout, WeightExport
@@ -27,9 +27,6 @@ if TYPE_CHECKING:
     from agentgym.job.buffer import JobBuffer
 
 _T = TypeVar("_T")
-
-WAIT_LOG_SECONDS = 60.0
-"""How often a trainer short of data says what it waits for."""
 
 
 class BufferReadTimeoutError(TimeoutError):
@@ -111,26 +108,26 @@ class BufferSource:
         self._step = step
         if self._owed is not None:
             await self._publish(self._owed)
-        started = last_line = time.monotonic()
+        waiting = Waiting(
+            lambda: (
+                f"step {step} waits for {self.groups_per_step} groups in the buffer "
+                f"({self.buffer.counts()['ready']} ready); {self._explorers()}"
+            ),
+            log=self.log,
+            on_look=lambda: self._revoke_silent(step),
+            timeout=self.max_read_timeout,
+            give_up=lambda waited: BufferReadTimeoutError(
+                f"step {step} waited {waited:.0f} s (max_read_timeout) for "
+                f"{self.groups_per_step} groups in {self.buffer.path}; {self._explorers()}"
+            ),
+            poll_seconds=self.poll_seconds,
+        )
         while (groups := self.buffer.lease(step, self.groups_per_step)) is None:
             if self._unpublished is not None and self.buffer.sync_requested(self.version):
                 await self._publish(self._unpublished)  # an explorer asks while we wait
-            now = time.monotonic()
-            if now - started > self.max_read_timeout:
-                raise BufferReadTimeoutError(
-                    f"step {step} waited {now - started:.0f} s (max_read_timeout) for "
-                    f"{self.groups_per_step} groups in {self.buffer.path}; "
-                    f"{self._explorers()}"
-                )
-            self._revoke_silent(step)
-            if now - last_line >= WAIT_LOG_SECONDS:
-                last_line = now
-                self.log(
-                    f"step {step} waits for {self.groups_per_step} groups in the buffer "
-                    f"({self.buffer.counts()['ready']} ready); {self._explorers()}"
-                )
-            await asyncio.sleep(self.poll_seconds)
-        waited = time.monotonic() - started
+            waiting.tick()
+            await waiting.pause()
+        waited = waiting.waited
         trajectories = _one_batch(groups)
         metrics = {f"train/{key}": value for key, value in rollout_metrics(trajectories).items()}
         metrics |= {f"buffer/{state}": float(n) for state, n in self.buffer.counts().items()}

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentgym.job.buffer import ReservationRevokedError
 from agentgym.job.published_weights import Published, WeightChannel, WeightsGoneError
 from agentgym.job.schedule import SyncSchedule
+from agentgym.job.waiting import Waiting
 from agentgym.rollout.evaluation import evaluate
 from agentgym.rollout.loop import collect
 from agentgym.rollout.source import Rollout
@@ -31,9 +32,6 @@ if TYPE_CHECKING:
     from agentgym.job.buffer import JobBuffer
 
 _T = TypeVar("_T")
-
-WAIT_LOG_SECONDS = 60.0
-"""How often a waiting explorer says what it waits for."""
 
 
 class WeightsTimeoutError(TimeoutError):
@@ -82,93 +80,54 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
     played = synced_after = record.next_seq // parts.train.manager.batch_groups
     validated: set[int] = set()
     batches = 0
-    last_line = time.monotonic()
     try:
         loaded = _first_weights(parts, loop, log)
+        admission = Waiting(
+            lambda: (
+                f"explorer {parts.name}: waits for the trainer to pass version "
+                f"{loaded.version} (the staleness bound, {parts.ratio:g} versions)"
+            ),
+            log=log,
+            on_look=lambda: parts.buffer.heartbeat(parts.name),
+        )
         # without on_startup the first weights are the mark the schedule counts from
         mark = set() if parts.eval_on_startup else {loaded.version}
         idle_from = time.perf_counter()  # waits for admission and weights count from here
-        while True:
+        while (last := parts.weights.finished()) is None:
             if _due(parts.eval_steps, loaded.version, validated | mark):
                 validated.add(loaded.version)
-                _validate(parts, loop, loaded.version)
+                _evaluate(parts, loop, loaded.version)
                 idle_from = time.perf_counter()  # validating is not waiting
-            last = parts.weights.finished()
-            if last is not None:  # the last version is published before this mark
-                loaded = _load_newer(parts, loop, loaded, log)
-                if loaded.version not in validated and parts.eval_steps:
-                    _validate(parts, loop, loaded.version)
-                log(f"explorer {parts.name}: the trainer finished at version {last}")
-                return batches
-            groups = parts.train.manager.batch_groups
             granted = parts.buffer.reserve(
                 parts.name,
-                groups,
+                parts.train.manager.batch_groups,
                 version=loaded.version,
                 ratio=parts.ratio,
                 batch=loaded.groups_per_step,
             )
             if not granted:  # the staleness bound: only a newer version lets this explorer on
-                if parts.schedule.style == "explorer_driven":
-                    parts.buffer.request_sync(parts.name, loaded.version)
-                newer = _load_newer(parts, loop, loaded, log)
+                newer = _blocked(parts, loop, loaded, log, admission)
                 if newer is not loaded:
                     loaded, synced_after = newer, played
-                    parts.buffer.request_sync(parts.name, None)
-                    continue
-                if time.monotonic() - last_line >= WAIT_LOG_SECONDS:
-                    last_line = time.monotonic()
-                    log(
-                        f"explorer {parts.name}: waits for the trainer to pass version "
-                        f"{loaded.version} (the staleness bound, {parts.ratio:g} versions)"
-                    )
-                parts.buffer.heartbeat(parts.name)
-                time.sleep(0.2)
                 continue
-            started = time.perf_counter()
-            result = loop.run_until_complete(
-                _heartbeats(
-                    parts,
-                    collect(
-                        parts.train.manager,
-                        parts.train.backend,
-                        parts.train.chat,
-                        parts.train.config,
-                        policy_version=loaded.version,
-                    ),
-                )
-            )
-            played_groups = _groups(result.trajectories)
-            if granted < len(played_groups):  # the bound had room for fewer (reserve)
-                log(
-                    f"explorer {parts.name}: the staleness bound had room for {granted} of "
-                    f"{len(played_groups)} groups; the others are discarded"
-                )
-            try:
-                written = parts.buffer.write(
-                    parts.name,
-                    played_groups[:granted],
-                    cursor=dict(parts.train.manager.state_dict()),
-                )
-            except ReservationRevokedError as error:
-                log(f"{error}; playing on")
+            metrics = _play_batch(parts, loop, loaded, granted, log)
+            if metrics is None:  # the trainer gave this explorer's slots up meanwhile
                 continue
             batches += 1
             played += 1
-            seconds = time.perf_counter() - started
-            metrics = {f"train/{key}": value for key, value in result.metrics.items()}
-            metrics["explore/groups_written"] = float(written)
-            metrics["explore/groups_discarded"] = float(len(played_groups) - granted)
-            metrics["explore/groups_per_second"] = written / max(seconds, 1e-9)
-            metrics["explore/policy_version"] = float(loaded.version)
-            metrics["time/explore_batch"] = seconds
-            metrics["time/explorer_wait"] = started - idle_from
+            metrics["time/explorer_wait"] = metrics.pop("time/started") - idle_from
             parts.tracker.log(metrics, batches)
             idle_from = time.perf_counter()
             if parts.schedule.explorer_syncs(played, synced_after):
                 newer = _sync(parts, loop, loaded, log)
                 if newer is not loaded:
                     loaded, synced_after = newer, played
+        # the last version is published before the trainer's finish mark
+        loaded = _load_newer(parts, loop, loaded, log)
+        if loaded.version not in validated and parts.eval_steps:
+            _evaluate(parts, loop, loaded.version)
+        log(f"explorer {parts.name}: the trainer finished at version {last}")
+        return batches
     finally:
         try:
             loop.run_until_complete(parts.train.backend.close())  # on the loop it served on
@@ -178,6 +137,74 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
             finally:
                 parts.buffer.close()
                 loop.close()
+
+
+def _blocked(
+    parts: ExplorerParts,
+    loop: asyncio.AbstractEventLoop,
+    loaded: Published,
+    log: Callable[[str], None],
+    admission: Waiting,
+) -> Published:
+    """The staleness bound holds this explorer at ``loaded``: the newest version when the
+    trainer published one (loaded), else ``loaded`` after one tick of the wait."""
+    if parts.schedule.style == "explorer_driven":
+        parts.buffer.request_sync(parts.name, loaded.version)
+    newer = _load_newer(parts, loop, loaded, log)
+    if newer is not loaded:
+        parts.buffer.request_sync(parts.name, None)
+        return newer
+    admission.tick()
+    time.sleep(admission.poll_seconds)
+    return loaded
+
+
+def _play_batch(
+    parts: ExplorerParts,
+    loop: asyncio.AbstractEventLoop,
+    loaded: Published,
+    granted: int,
+    log: Callable[[str], None],
+) -> dict[str, float] | None:
+    """Play a batch with ``loaded`` and write the ``granted`` groups the bound has room
+    for to the buffer; the batch's metrics (``time/started``: when it began), or None
+    when the trainer revoked the reservation meanwhile (the batch is not written)."""
+    started = time.perf_counter()
+    train = parts.train
+    result = loop.run_until_complete(
+        _heartbeats(
+            parts,
+            collect(
+                train.manager,
+                train.backend,
+                train.chat,
+                train.config,
+                policy_version=loaded.version,
+            ),
+        )
+    )
+    played_groups = _groups(result.trajectories)
+    if granted < len(played_groups):  # the bound had room for fewer (reserve)
+        log(
+            f"explorer {parts.name}: the staleness bound had room for {granted} of "
+            f"{len(played_groups)} groups; the others are discarded"
+        )
+    try:
+        written = parts.buffer.write(
+            parts.name, played_groups[:granted], cursor=dict(train.manager.state_dict())
+        )
+    except ReservationRevokedError as error:
+        log(f"{error}; playing on")
+        return None
+    seconds = time.perf_counter() - started
+    metrics = {f"train/{key}": value for key, value in result.metrics.items()}
+    metrics["explore/groups_written"] = float(written)
+    metrics["explore/groups_discarded"] = float(len(played_groups) - granted)
+    metrics["explore/groups_per_second"] = written / max(seconds, 1e-9)
+    metrics["explore/policy_version"] = float(loaded.version)
+    metrics["time/explore_batch"] = seconds
+    metrics["time/started"] = started
+    return metrics
 
 
 def _load(
@@ -247,21 +274,25 @@ def _sync(
         parts.buffer.request_sync(parts.name, loaded.version)
     elif schedule.explorer_waits:
         needed = schedule.next_publication(loaded.version) * loaded.groups_per_step
-        last_line = time.monotonic()
-        while (
-            (current := parts.weights.latest()) is not None
-            and current.version <= loaded.version
-            and parts.buffer.handed_out() >= needed
-            and parts.weights.finished() is None
-        ):
-            if time.monotonic() - last_line >= WAIT_LOG_SECONDS:
-                last_line = time.monotonic()
-                log(
-                    f"explorer {parts.name}: waits for the version after {loaded.version} "
-                    f"(synchronizer.sync_style=fixed)"
-                )
-            parts.buffer.heartbeat(parts.name)
-            time.sleep(0.2)
+
+        def settled() -> bool | None:  # a newer version, or none coming: stop waiting
+            current = parts.weights.latest()
+            coming = (
+                current is not None
+                and current.version <= loaded.version
+                and parts.buffer.handed_out() >= needed
+                and parts.weights.finished() is None
+            )
+            return None if coming else True
+
+        Waiting(
+            lambda: (
+                f"explorer {parts.name}: waits for the version after {loaded.version} "
+                "(synchronizer.sync_style=fixed)"
+            ),
+            log=log,
+            on_look=lambda: parts.buffer.heartbeat(parts.name),
+        ).until(settled)
     newer = _load_newer(parts, loop, loaded, log)
     if newer is not loaded and schedule.style == "explorer_driven":
         parts.buffer.request_sync(parts.name, None)
@@ -306,24 +337,22 @@ def _first_weights(
 
 
 def _wait_for_weights(parts: ExplorerParts, log: Callable[[str], None]) -> Published:
-    started = last_line = time.monotonic()
-    while (current := parts.weights.latest()) is None:
-        now = time.monotonic()
-        if now - started > parts.sync_timeout:
-            raise WeightsTimeoutError(
-                f"explorer {parts.name}: no weights published in {parts.job_dir} within "
-                f"synchronizer.sync_timeout={parts.sync_timeout:g} s; start the trainer "
-                "(mode=train) with the same checkpoint_root_dir, project and name"
-            )
-        if now - last_line >= WAIT_LOG_SECONDS or now == started:
-            last_line = now
-            log(f"explorer {parts.name}: waits for the trainer's first weights in {parts.job_dir}")
-        parts.buffer.heartbeat(parts.name)
-        time.sleep(0.2)
-    return current
+    """The first version the trainer publishes (waiting up to ``sync_timeout``)."""
+    return Waiting(
+        lambda: f"explorer {parts.name}: waits for the trainer's first weights in {parts.job_dir}",
+        log=log,
+        on_look=lambda: parts.buffer.heartbeat(parts.name),
+        timeout=parts.sync_timeout,
+        give_up=lambda _: WeightsTimeoutError(
+            f"explorer {parts.name}: no weights published in {parts.job_dir} within "
+            f"synchronizer.sync_timeout={parts.sync_timeout:g} s; start the trainer "
+            "(mode=train) with the same checkpoint_root_dir, project and name"
+        ),
+        say_first=True,
+    ).until(parts.weights.latest)
 
 
-def _validate(parts: ExplorerParts, loop: asyncio.AbstractEventLoop, version: int) -> None:
+def _evaluate(parts: ExplorerParts, loop: asyncio.AbstractEventLoop, version: int) -> None:
     if parts.val is None:
         return
     played = loop.run_until_complete(evaluate(parts.val, version=version))
