@@ -4,7 +4,9 @@ and plugin envs given a config entry."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
@@ -14,6 +16,17 @@ from agentgym.errors import ConfigError, did_you_mean
 from agentgym.schema import OPEN_MAPPINGS, known_paths
 
 CONFIG_GROUPS = ("env", "model", "generation", "strategy", "tracker")
+
+
+@contextlib.contextmanager
+def config_errors() -> Iterator[None]:
+    """A :class:`ConfigError` inside ends the process with one line on stderr and exit
+    code 2 (the key named, no traceback)."""
+    try:
+        yield
+    except ConfigError as error:
+        print(f"config error: {error}", file=sys.stderr)
+        sys.exit(2)
 
 
 def register_env_configs() -> None:

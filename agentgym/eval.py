@@ -36,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from agentgym.builders.engines import generation_backend
 from agentgym.builders.rollouts import val_rollout
-from agentgym.command_line import open_mapping_overrides, register_env_configs
+from agentgym.command_line import config_errors, open_mapping_overrides, register_env_configs
 from agentgym.derived import backend_name
 from agentgym.envs.adapter import make_text_env
 from agentgym.envs.scripted import AGENTS
@@ -332,11 +332,8 @@ def run(cfg: DictConfig) -> None:
 
 @hydra.main(version_base=None, config_path="configs", config_name="eval")
 def _hydra_main(cfg: DictConfig) -> None:
-    try:
+    with config_errors():
         run(cfg)
-    except ConfigError as error:
-        print(f"config error: {error}", file=sys.stderr)
-        sys.exit(2)
 
 
 def main() -> None:

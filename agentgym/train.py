@@ -16,7 +16,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from agentgym import stopping
-from agentgym.command_line import check_overrides, register_env_configs
+from agentgym.command_line import check_overrides, config_errors, register_env_configs
 from agentgym.errors import ConfigError
 from agentgym.formats.fit import fit_to_machine
 from agentgym.formats.roll import from_roll, interpolated_keys, is_roll_config
@@ -79,11 +79,8 @@ def run(cfg: DictConfig) -> None:
 
 @hydra.main(version_base=None, config_path="configs", config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
-    try:
+    with config_errors():
         run(cfg)
-    except ConfigError as error:
-        print(f"config error: {error}", file=sys.stderr)
-        sys.exit(2)
 
 
 def main() -> None:
@@ -92,7 +89,7 @@ def main() -> None:
     stopping.install()
     try:
         register_env_configs()
-        try:
+        with config_errors():
             trinity = trinity_arguments(sys.argv[1:])
             if trinity is not None:  # one of Trinity-RFT's files: agentgym's arguments
                 arguments, translation = trinity
@@ -102,9 +99,6 @@ def main() -> None:
                     print(translation.table(), flush=True)
                 sys.argv[1:] = arguments
             sys.argv[1:] = check_overrides(sys.argv[1:])
-        except ConfigError as error:
-            print(f"config error: {error}", file=sys.stderr)
-            sys.exit(2)
         _hydra_main()
     except KeyboardInterrupt as interrupt:  # before run() knew the run
         sys.exit(stopping.report(interrupt))

@@ -1,10 +1,11 @@
 """The recipe's settings as small frozen dataclasses: the loss, the advantage and the
 schedule, and :class:`GRPOConfig` that holds one of each.
 
-:func:`agentgym.builders.recipe.grpo_config` builds them from the checked schema by code
-that names every field, so renaming a schema key or a field here fails in mypy,
-not at run time. The schema (:mod:`agentgym.schema`) documents each key and holds
-every default; nothing here has a default of its own but ``async_generation_ratio``.
+The schema (:mod:`agentgym.schema`) declares each key, its default and its help;
+:func:`agentgym.builders.recipe.grpo_config` fills each field here from the key of the
+same name (the few that live in sections or are derived are named there), so a field
+states only the trainer's type for it. Nothing here has a default of its own but
+``async_generation_ratio`` and ``eval_on_startup``.
 """
 
 from __future__ import annotations

@@ -7,25 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.cluster import Cluster
-from agentgym.config_sections import GeneratingArgs
 from agentgym.console import LIBRARY_LOG_FILE, redirect_output
 from agentgym.derived import backend_name, colocated, device_type, placement_plan
-from agentgym.rollout.backends import GenerationBackend, SamplingParams, make_backend
+from agentgym.rollout.backends import GenerationBackend, make_backend
 from agentgym.rollout.engines import spawn_engines
 from agentgym.rollout.limits import RequestCap
 from agentgym.rollout.router import Router
 from agentgym.schema import TrainConfig
-
-
-def sampling_params(args: GeneratingArgs, *, temperature: float, seed: int) -> SamplingParams:
-    """The engine's sampling parameters from ROLL's ``generating_args``."""
-    return SamplingParams(
-        temperature=temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        max_new_tokens=args.max_new_tokens,
-        seed=seed,
-    )
 
 
 def generation_backend(

@@ -10,14 +10,14 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from agentgym.builders.engines import run_engines
+from agentgym.builders.env_check import check_envs
 from agentgym.builders.job import experience_buffer, weight_channel
 from agentgym.builders.model import build_cluster, model_path
-from agentgym.builders.rollouts import check_envs, train_rollout, val_rollout
+from agentgym.builders.rollouts import rollouts
 from agentgym.builders.run_folder import open_run_folder
 from agentgym.derived import backend_name, job_dir, staleness_versions, sync_schedule
 from agentgym.job.explore import ExplorerParts, close_all
 from agentgym.rollout.chat import ChatTokenizer
-from agentgym.rollout.source import Rollout
 from agentgym.schema import TrainConfig
 
 
@@ -32,12 +32,8 @@ def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerPar
     try:
         backend = run_engines(config, path, output_dir, workers)
         chat = ChatTokenizer(AutoTokenizer.from_pretrained(str(path)))
-        train = train_rollout(config, backend, chat, workers)
-        closers.insert(0, train.manager.close)
-        val: Rollout | None = None
-        if config.eval_steps:
-            val = val_rollout(config, backend, chat, workers)
-            closers.insert(1, val.manager.close)
+        train, val = rollouts(config, backend, chat, workers)
+        closers[:0] = [r.manager.close for r in (train, val) if r is not None]
         tracker = open_run_folder(
             config, resolved, exp_name=f"{config.exp_name}-{config.explorer.name}"
         )

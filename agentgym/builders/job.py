@@ -3,8 +3,9 @@ weight channel, and the trainer's rollout source."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentgym.derived import job_dir, job_name, staleness_versions, sync_schedule
 from agentgym.job.buffer import ExperienceBuffer
@@ -57,9 +58,22 @@ def weight_channel(config: TrainConfig) -> WeightChannel:
     return FolderChannel(job_dir(config))
 
 
-def trainer_source(config: TrainConfig, publisher: WeightPublisher) -> BufferSource:
+def trainer_source(
+    config: TrainConfig,
+    weights: Iterable[tuple[str, Any]] | None,
+    *,
+    resume_step: int | None = None,
+) -> BufferSource:
     """``mode: train``'s rollout source: the job's experience buffer, each update
-    published through ``publisher``."""
+    published on the job's weight channel; a new run publishes the starting
+    ``weights`` as version 0 (its explorers start from them), a resume from step ``S``
+    publishes the checkpoint's as ``S`` (:meth:`BufferSource.send_weights`)."""
+    channel = weight_channel(config)
+    publisher = WeightPublisher(
+        channel, groups_per_step=config.train_env_manager.env_groups, version=(resume_step or 0) - 1
+    )
+    if weights is not None:
+        publisher.publish(0, weights)
     return BufferSource(
         experience_buffer(config),
         publisher,

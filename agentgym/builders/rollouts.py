@@ -3,21 +3,27 @@ and validation), and the train rollout source."""
 
 from __future__ import annotations
 
-import re
-import traceback
 from typing import Any
 
-from agentgym.builders.engines import sampling_params
 from agentgym.cluster import Cluster
-from agentgym.config_sections import EnvManagerSection
-from agentgym.envs.adapter import make_text_env
-from agentgym.errors import ConfigError
-from agentgym.rollout.backends import GenerationBackend
+from agentgym.config_sections import EnvManagerSection, GeneratingArgs
+from agentgym.rollout.backends import GenerationBackend, SamplingParams
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvConfig, EnvManager
 from agentgym.rollout.loop import RolloutConfig
 from agentgym.rollout.source import AheadSource, Rollout, RolloutSource, SyncSource
 from agentgym.schema import TrainConfig
+
+
+def sampling_params(args: GeneratingArgs, *, temperature: float, seed: int) -> SamplingParams:
+    """The engine's sampling parameters from ROLL's ``generating_args``."""
+    return SamplingParams(
+        temperature=temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_new_tokens=args.max_new_tokens,
+        seed=seed,
+    )
 
 
 def rollout_config(config: TrainConfig, *, validation: bool = False) -> RolloutConfig:
@@ -70,51 +76,6 @@ def env_manager(
     )
 
 
-def check_envs(config: TrainConfig) -> None:
-    """Build each env the run will play (every tag of both env managers, with its
-    arguments) and reset it once, so that arguments an env rejects fail in seconds,
-    before any model work, instead of as failed episodes.
-
-    Raises:
-        ConfigError: Naming the env, the arguments its message mentions (all of
-            them when it mentions none) and the env's own message.
-    """
-    checked: set[str] = set()
-    for key, section in (
-        ("train_env_manager", config.train_env_manager),
-        ("val_env_manager", config.val_env_manager),
-    ):
-        for tag in section.tags:
-            entry = section.env_configs.get(tag)
-            name, kwargs = tag, dict(config.env.kwargs)
-            where = "env.kwargs"
-            if entry is not None:
-                name = entry.get("name", tag)
-                kwargs = dict(entry.get("kwargs") or {})
-                where = f"{key}.env_configs.{tag}.kwargs"
-            if section.format_penalty is not None:
-                kwargs["format_penalty"] = section.format_penalty
-            fingerprint = repr((name, sorted(kwargs.items(), key=str)))
-            if fingerprint in checked:
-                continue
-            checked.add(fingerprint)
-            try:
-                env = make_text_env(name, kwargs)
-                try:
-                    env.reset(seed=config.seed)
-                finally:
-                    env.close()
-            except Exception as error:
-                message = str(error) or type(error).__name__
-                named = [k for k in kwargs if re.search(rf"\b{re.escape(str(k))}\b", message)]
-                given = ", ".join(f"{where}.{k}={kwargs[k]!r}" for k in named or kwargs)
-                where_raised = "".join(traceback.format_exception(error, limit=-3))
-                raise ConfigError(
-                    f"env {name!r} rejects its arguments ({given or 'none given'}): "
-                    f"{type(error).__name__}: {message}\n{where_raised.rstrip()}"
-                ) from None
-
-
 def train_rollout(
     config: TrainConfig, backend: GenerationBackend, chat: ChatTokenizer, cluster: Cluster
 ) -> Rollout:
@@ -156,3 +117,12 @@ def rollout_source(config: TrainConfig, train: Rollout) -> RolloutSource:
     if config.async_generation_ratio > 0:
         return AheadSource(train, ratio=config.async_generation_ratio)
     return SyncSource(train)
+
+
+def rollouts(
+    config: TrainConfig, backend: GenerationBackend, chat: ChatTokenizer, cluster: Cluster
+) -> tuple[Rollout, Rollout | None]:
+    """A mode's train and validation episodes on ``backend`` (no validation envs when
+    ``eval_steps`` is 0: nothing would play them)."""
+    train = train_rollout(config, backend, chat, cluster)
+    return train, val_rollout(config, backend, chat, cluster) if config.eval_steps else None

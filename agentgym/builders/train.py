@@ -8,7 +8,8 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from agentgym.builders.engines import run_engines
-from agentgym.builders.job import trainer_source, weight_channel
+from agentgym.builders.env_check import check_envs
+from agentgym.builders.job import trainer_source
 from agentgym.builders.model import (
     build_cluster,
     critic_strategy,
@@ -16,11 +17,9 @@ from agentgym.builders.model import (
     policy_strategy,
 )
 from agentgym.builders.recipe import grpo_config, kl_controller
-from agentgym.builders.rollouts import check_envs, rollout_source, train_rollout, val_rollout
+from agentgym.builders.rollouts import rollout_source, rollouts
 from agentgym.builders.run_folder import open_run_folder
-from agentgym.cluster import Cluster
 from agentgym.derived import backend_name, job_dir
-from agentgym.job.published_weights import WeightPublisher
 from agentgym.registry import env_versions
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.source import Rollout, RolloutSource
@@ -28,7 +27,6 @@ from agentgym.schema import TrainConfig
 from agentgym.trainers.grpo import TrainParts
 from agentgym.trainers.recipe_config import GRPOConfig
 from agentgym.trainers.rewards import RunningMoments
-from agentgym.trainers.strategies import Strategy
 
 
 def build_train(
@@ -51,55 +49,46 @@ def build_train(
     """
     check_envs(config)
     grpo = grpo_config(config)
+    kl = kl_controller(grpo)
     path = model_path(config)
     workers = build_cluster(config)
     try:
-        return grpo, _parts(config, resolved, grpo, path, workers, resume_run_id, resume_step)
+        tags = dict.fromkeys([*config.train_env_manager.tags, *config.val_env_manager.tags])
+        configs = {**config.val_env_manager.env_configs, **config.train_env_manager.env_configs}
+        envs = env_versions([configs.get(tag, {}).get("name", tag) for tag in tags])
+        strategy = policy_strategy(
+            config, path, needs_reference=grpo.needs_reference, cluster=workers
+        )
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        output_dir = Path(config.output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        train: Rollout | None = None
+        val: Rollout | None = None
+        if config.mode == "train":  # the explorers generate: weights go to the job folder
+            weights = None if resume_step is not None else strategy.export_weights()
+            source: RolloutSource = trainer_source(config, weights, resume_step=resume_step)
+            print(f"mode=train: job folder {job_dir(config)}; model: {path}", flush=True)
+        else:
+            backend = run_engines(config, path, output_dir, workers)
+            print(f"generation backend: {backend_name(config)}; model: {path}", flush=True)
+            chat = ChatTokenizer(tokenizer)
+            train, val = rollouts(config, backend, chat, workers)
+            source = rollout_source(config, train)
+        tracker = open_run_folder(
+            config,
+            resolved,
+            meta={"envs": envs, "model": str(path)},
+            run_id=resume_run_id,
+            resume_step=resume_step,
+            total_steps=config.max_steps,
+            header={"envs": envs},
+        )
+        critic = critic_strategy(config, path, workers) if config.adv_estimator == "gae" else None
     except BaseException:
         workers.shutdown()
         raise
-
-
-def _parts(
-    config: TrainConfig,
-    resolved: dict[str, Any],
-    grpo: GRPOConfig,
-    path: Path,
-    workers: Cluster,
-    resume_run_id: str | None,
-    resume_step: int | None,
-) -> TrainParts:
-    tags = dict.fromkeys([*config.train_env_manager.tags, *config.val_env_manager.tags])
-    configs = {**config.val_env_manager.env_configs, **config.train_env_manager.env_configs}
-    envs = env_versions([configs.get(tag, {}).get("name", tag) for tag in tags])
-    strategy = policy_strategy(config, path, needs_reference=grpo.needs_reference, cluster=workers)
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    chat = ChatTokenizer(tokenizer)
-    train: Rollout | None = None
-    val: Rollout | None = None
-    if config.mode == "train":  # the explorers generate: weights go to the job folder
-        source: RolloutSource = _trainer_source(config, strategy, resume_step)
-        print(f"mode=train: job folder {job_dir(config)}; model: {path}", flush=True)
-    else:
-        backend = run_engines(config, path, output_dir, workers)
-        print(f"generation backend: {backend_name(config)}; model: {path}", flush=True)
-        train = train_rollout(config, backend, chat, workers)
-        source = rollout_source(config, train)
-        if config.eval_steps:
-            val = val_rollout(config, backend, chat, workers)
-    tracker = open_run_folder(
-        config,
-        resolved,
-        meta={"envs": envs, "model": str(path)},
-        run_id=resume_run_id,
-        resume_step=resume_step,
-        total_steps=config.max_steps,
-        header={"envs": envs},
-    )
-    return TrainParts(
+    parts = TrainParts(
         strategy=strategy,
         source=source,
         train=train,
@@ -111,22 +100,8 @@ def _parts(
         meta={"config": resolved, "tokenizer": str(path), "envs": envs},
         pad_token_id=pad,
         cluster=workers,
-        critic=critic_strategy(config, path, workers) if config.adv_estimator == "gae" else None,
-        kl_controller=kl_controller(grpo),
+        critic=critic,
+        kl_controller=kl,
         reward_moments=RunningMoments(),
     )
-
-
-def _trainer_source(
-    config: TrainConfig, strategy: Strategy, resume_step: int | None
-) -> RolloutSource:
-    """``mode: train``'s source; a new run publishes the starting weights as version 0
-    (its explorers start from them)."""
-    publisher = WeightPublisher(
-        weight_channel(config),
-        groups_per_step=config.train_env_manager.env_groups,
-        version=(resume_step or 0) - 1,
-    )
-    if resume_step is None:
-        publisher.publish(0, strategy.export_weights())
-    return trainer_source(config, publisher)
+    return grpo, parts
