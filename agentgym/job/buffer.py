@@ -31,7 +31,6 @@ among its turns, and a SHA-256 checksum of its bytes. What it guarantees:
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import pickle
@@ -39,10 +38,17 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentgym.job.buffer_rows import (
+    RECORD_QUERY,
+    SCHEMA,
+    ExplorerRecord,
+    explorer_record,
+    load_group,
+    plain_trajectory,
+)
 from agentgym.rollout.async_rollout import staleness_bound
 from agentgym.trajectory import Trajectory
 
@@ -54,74 +60,12 @@ if TYPE_CHECKING:
     JobBuffer: TypeAlias = "ExperienceBuffer | RayExperienceBuffer"
     """A job's buffer: this process's SQLite connection, or the job's Ray actor."""
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS groups (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    slot INTEGER NOT NULL UNIQUE,
-    explorer TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    group_id INTEGER NOT NULL,
-    min_version INTEGER NOT NULL,
-    payload BLOB NOT NULL,
-    checksum TEXT NOT NULL,
-    state TEXT NOT NULL DEFAULT 'ready',
-    step INTEGER,
-    written_at REAL NOT NULL,
-    UNIQUE (explorer, seq)
-);
-CREATE INDEX IF NOT EXISTS groups_state ON groups (state, slot);
-CREATE TABLE IF NOT EXISTS explorers (
-    name TEXT PRIMARY KEY,
-    cursor TEXT,
-    next_seq INTEGER NOT NULL DEFAULT 0,
-    slot_start INTEGER,
-    slot_count INTEGER NOT NULL DEFAULT 0,
-    waiting_since REAL,
-    sync_request INTEGER,
-    written INTEGER NOT NULL DEFAULT 0,
-    started_at REAL NOT NULL,
-    last_heard REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS slots (
-    next_slot INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS void_slots (
-    slot INTEGER PRIMARY KEY
-);
-"""
-
 WAITER_SECONDS = 30.0
 """An explorer waiting for slots keeps its place in line while heard from this recently."""
 
 STATES = ("ready", "leased", "consumed")
 """A group's states: written and not yet taken; taken by a step not yet checkpointed;
 trained by a checkpointed step."""
-
-
-class BufferCorruptError(RuntimeError):
-    """A stored group's bytes do not match its checksum."""
-
-
-@dataclass(frozen=True)
-class ExplorerRecord:
-    """What the buffer knows of one explorer.
-
-    Attributes:
-        name: ``explorer.name``.
-        cursor: Its env manager's resume state after the last groups it wrote (None:
-            none written yet).
-        next_seq: The sequence number of its next group.
-        written: Groups it has written.
-        reserved: Slots it holds for the batch it plays (0: none).
-        last_heard: When it last wrote or sent a heartbeat (``time.time()``).
-    """
-
-    name: str
-    cursor: dict[str, Any] | None
-    next_seq: int
-    written: int
-    reserved: int
-    last_heard: float
 
 
 class ReservationRevokedError(RuntimeError):
@@ -163,7 +107,7 @@ class ExperienceBuffer:
         )
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(SCHEMA)
         with self._transaction() as db:
             if db.execute("SELECT COUNT(*) FROM slots").fetchone()[0] == 0:
                 db.execute("INSERT INTO slots (next_slot) VALUES (0)")
@@ -202,12 +146,12 @@ class ExperienceBuffer:
 
     def explorer(self, name: str) -> ExplorerRecord | None:
         """Explorer ``name``'s record (None: it never joined)."""
-        row = self._db.execute(f"{_RECORD} WHERE name = ?", (name,)).fetchone()
-        return None if row is None else _record(row)
+        row = self._db.execute(f"{RECORD_QUERY} WHERE name = ?", (name,)).fetchone()
+        return None if row is None else explorer_record(row)
 
     def explorers(self) -> list[ExplorerRecord]:
         """Every explorer that joined, by name."""
-        return [_record(row) for row in self._db.execute(f"{_RECORD} ORDER BY name")]
+        return [explorer_record(row) for row in self._db.execute(f"{RECORD_QUERY} ORDER BY name")]
 
     def heartbeat(self, name: str) -> None:
         """Explorer ``name`` is alive (it plays, or waits for weights or admission)."""
@@ -358,7 +302,7 @@ class ExperienceBuffer:
                         "min_version": min(t.policy_version for t in members),
                         "checksum": checksum,
                         "written_at": now,
-                        "trajectories": [_plain(t) for t in members],
+                        "trajectories": [plain_trajectory(t) for t in members],
                     }
                 )
                 for slot, number, checksum, members in stored
@@ -429,7 +373,7 @@ class ExperienceBuffer:
                     "UPDATE groups SET state = 'leased', step = ? WHERE slot = ?",
                     [(step, row[0]) for row in rows],
                 )
-        return [_load(row) for row in rows]
+        return [load_group(row) for row in rows]
 
     @staticmethod
     def _next_slots(db: sqlite3.Connection, groups: int) -> list[int]:
@@ -495,33 +439,3 @@ class ExperienceBuffer:
         for step, explorer, seq in rows:
             steps.setdefault(int(step), []).append((str(explorer), int(seq)))
         return steps
-
-
-_RECORD = "SELECT name, cursor, next_seq, written, slot_count, last_heard FROM explorers"
-
-
-def _record(row: tuple[Any, ...]) -> ExplorerRecord:
-    name, cursor, next_seq, written, reserved, last_heard = row
-    return ExplorerRecord(
-        name=str(name),
-        cursor=None if cursor is None else json.loads(cursor),
-        next_seq=int(next_seq),
-        written=int(written),
-        reserved=int(reserved),
-        last_heard=float(last_heard),
-    )
-
-
-def _plain(trajectory: Trajectory) -> dict[str, Any]:
-    """A trajectory as JSON-ready values, its rendered frames left out."""
-    return {k: v for k, v in dataclasses.asdict(trajectory).items() if k != "frames"}
-
-
-def _load(row: tuple[Any, ...]) -> list[Trajectory]:
-    slot, payload, checksum = row
-    if hashlib.sha256(payload).hexdigest() != checksum:
-        raise BufferCorruptError(
-            f"the group in slot {slot} of the experience buffer fails its checksum"
-        )
-    members: list[Trajectory] = pickle.loads(payload)  # the job's own file, never a stranger's
-    return members

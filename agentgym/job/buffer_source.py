@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentgym.job.buffer import ExplorerRecord
+from agentgym.job.buffer_rows import ExplorerRecord
 from agentgym.job.published_weights import WeightPublisher
 from agentgym.job.schedule import SyncSchedule
 from agentgym.job.waiting import Waiting

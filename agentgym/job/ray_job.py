@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentgym.errors import ConfigError
-from agentgym.job.buffer import ExperienceBuffer, ExplorerRecord
+from agentgym.job.buffer import ExperienceBuffer
+from agentgym.job.buffer_rows import ExplorerRecord
 from agentgym.job.published_weights import Published, WeightsGoneError
 from agentgym.rollout.backends.buckets import (
     DEFAULT_BUCKET_BYTES,

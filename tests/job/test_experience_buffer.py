@@ -14,11 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agentgym.job.buffer import (
-    BufferCorruptError,
-    ExperienceBuffer,
-    ReservationRevokedError,
-)
+from agentgym.job.buffer import ExperienceBuffer, ReservationRevokedError
+from agentgym.job.buffer_rows import BufferCorruptError
 from agentgym.trajectory import Trajectory
 
 
