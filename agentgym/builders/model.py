@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,21 +95,10 @@ def policy_strategy(
     """The training strategy ``actor_train.strategy_args.strategy_name`` for ``path``:
     in this process (``distributed=local``), or a trainer worker group of one rank
     per ``actor_train.device_mapping`` device on ``cluster``."""
-    role = config.actor_train
     settings = strategy_settings(config, path, needs_reference=needs_reference)
-    name = str(role.strategy_args.strategy_name)
-    if cluster is None or cluster.kind == "local":
-        return build_strategy(name, path, role.strategy_args.strategy_config, **settings)
-    return start_rank_group(
-        cluster,
-        "actor_train",
-        placement_plan(config).workers["actor_train"],
-        strategy_name=name,
-        model_path=path,
-        strategy_config=role.strategy_args.strategy_config,
-        settings=settings,
-        rpc_timeout=config.rpc_timeout,
-    )
+    name = str(config.actor_train.strategy_args.strategy_name)
+    built: Strategy = _role_strategy(config, "actor_train", name, path, settings, cluster)
+    return built
 
 
 def critic_strategy(config: TrainConfig, path: Path, cluster: Cluster | None = None) -> Critic:
@@ -117,20 +107,41 @@ def critic_strategy(config: TrainConfig, path: Path, cluster: Cluster | None = N
     ``path``, trains with ``critic.training_args``, on ``model.device`` in this process
     (``distributed=local``) or on a critic group of one rank per ``critic.device_mapping``
     device (default: ``actor_train``'s) on ``cluster``."""
-    role = config.critic
-    source = role.model_args.model_name_or_path
-    name = role.strategy_args.strategy_name or "torch"
-    model_path = Path(source).expanduser() if source else path
+    source = config.critic.model_args.model_name_or_path
+    name = config.critic.strategy_args.strategy_name or "torch"
     settings = {**_training_settings(config, "critic", passes=1), "seed": config.seed}
+    model_path = Path(source).expanduser() if source else path
+    built: Critic = _role_strategy(config, "critic", name, model_path, settings, cluster)
+    return built
+
+
+LOCAL_BUILDERS: dict[str, Callable[..., Any]] = {
+    "actor_train": build_strategy,
+    "critic": build_critic,
+}
+"""Each training role's strategy table, for a strategy in this process."""
+
+
+def _role_strategy(
+    config: TrainConfig,
+    role_name: str,
+    name: str,
+    path: Path,
+    settings: dict[str, Any],
+    cluster: Cluster | None,
+) -> Any:
+    """A training role's strategy: built in this process (``distributed=local``), or one
+    rank per device of the role's ``device_mapping`` on ``cluster``."""
+    options = getattr(config, role_name).strategy_args.strategy_config
     if cluster is None or cluster.kind == "local":
-        return build_critic(name, model_path, role.strategy_args.strategy_config, **settings)
+        return LOCAL_BUILDERS[role_name](name, path, options, **settings)
     return start_rank_group(
         cluster,
-        "critic",
-        placement_plan(config).workers["critic"],
+        role_name,
+        placement_plan(config).workers[role_name],
         strategy_name=name,
-        model_path=model_path,
-        strategy_config=role.strategy_args.strategy_config,
+        model_path=path,
+        strategy_config=options,
         settings=settings,
         rpc_timeout=config.rpc_timeout,
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentgym.job.buffer_rows import ExplorerRecord
@@ -33,10 +34,11 @@ class BufferReadTimeoutError(TimeoutError):
     """The buffer held too few groups for a step for ``max_read_timeout`` seconds."""
 
 
+@dataclass(eq=False)
 class BufferSource:
     """Each step's batch is the buffer's oldest ``groups_per_step`` complete groups.
 
-    Args:
+    Attributes:
         buffer: The job's experience buffer.
         publisher: Publishes each weight update for the explorers.
         groups_per_step: Groups a step trains (``train_env_manager.env_groups``).
@@ -51,41 +53,29 @@ class BufferSource:
         log: Where the waiting lines go.
     """
 
-    def __init__(
-        self,
-        buffer: JobBuffer,
-        publisher: WeightPublisher,
-        *,
-        groups_per_step: int,
-        ratio: float,
-        schedule: SyncSchedule,
-        last_step: int,
-        max_read_timeout: float,
-        explorer_timeout: float = 120.0,
-        poll_seconds: float = 0.2,
-        log: Callable[[str], None] = print,
-    ) -> None:
-        self.buffer = buffer
-        self.publisher = publisher
-        self.groups_per_step = groups_per_step
-        self.ratio = ratio
-        self.schedule = schedule
-        self.last_step = last_step
-        self.max_read_timeout = max_read_timeout
-        self.explorer_timeout = explorer_timeout
-        self.revoked = 0
-        self.poll_seconds = poll_seconds
-        self.log = log
-        self._step = 0
-        self._weights: WeightExport | None = None
-        """The trainer's weights: exported again at each publication."""
-        self._finished = False
-        """Whether the run's last step is trained and checkpointed."""
-        self._unpublished: int | None = None
-        """The newest step whose weights changed and are not published yet."""
-        self._owed: int | None = None
-        """A version the schedule published on a skipped step, still to be sent."""
-        self._timeout = 0.0
+    buffer: JobBuffer
+    publisher: WeightPublisher
+    _: KW_ONLY
+    groups_per_step: int
+    ratio: float
+    schedule: SyncSchedule
+    last_step: int
+    max_read_timeout: float
+    explorer_timeout: float = 120.0
+    poll_seconds: float = 0.2
+    log: Callable[[str], None] = print
+    revoked: int = field(default=0, init=False)
+    """Reserved slots given up for silent explorers."""
+    _step: int = field(default=0, init=False)
+    _weights: WeightExport | None = field(default=None, init=False)
+    """The trainer's weights: exported again at each publication."""
+    _finished: bool = field(default=False, init=False)
+    """Whether the run's last step is trained and checkpointed."""
+    _unpublished: int | None = field(default=None, init=False)
+    """The newest step whose weights changed and are not published yet."""
+    _owed: int | None = field(default=None, init=False)
+    """A version the schedule published on a skipped step, still to be sent."""
+    _timeout: float = field(default=0.0, init=False)
 
     @property
     def version(self) -> int:

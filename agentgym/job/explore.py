@@ -336,12 +336,27 @@ def _first_weights(
             continue
 
 
-def _wait_for_weights(parts: ExplorerParts, log: Callable[[str], None]) -> Published:
-    """The first version the trainer publishes (waiting up to ``sync_timeout``)."""
+def _waiting(
+    parts: ExplorerParts,
+    log: Callable[[str], None],
+    what: Callable[[], str],
+    **options: Any,
+) -> Waiting:
+    """A wait of this explorer: its line names it, each look tells the buffer it is alive."""
     return Waiting(
-        lambda: f"explorer {parts.name}: waits for the trainer's first weights in {parts.job_dir}",
+        lambda: f"explorer {parts.name}: {what()}",
         log=log,
         on_look=lambda: parts.buffer.heartbeat(parts.name),
+        **options,
+    )
+
+
+def _wait_for_weights(parts: ExplorerParts, log: Callable[[str], None]) -> Published:
+    """The first version the trainer publishes (waiting up to ``sync_timeout``)."""
+    return _waiting(
+        parts,
+        log,
+        lambda: f"waits for the trainer's first weights in {parts.job_dir}",
         timeout=parts.sync_timeout,
         give_up=lambda _: WeightsTimeoutError(
             f"explorer {parts.name}: no weights published in {parts.job_dir} within "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TypeVar
 
 _T = TypeVar("_T")
@@ -20,10 +21,11 @@ POLL_SECONDS = 0.2
 """How often a waiting process looks again."""
 
 
+@dataclass(eq=False)
 class Waiting:
     """One wait, ticked once per look.
 
-    Args:
+    Attributes:
         what: The line that says what is awaited (called when it is said).
         log: Where the line goes.
         on_look: Called at each look that found nothing (an explorer's heartbeat).
@@ -34,27 +36,21 @@ class Waiting:
         log_seconds: How often the line is said.
     """
 
-    def __init__(
-        self,
-        what: Callable[[], str],
-        *,
-        log: Callable[[str], None],
-        on_look: Callable[[], None] | None = None,
-        timeout: float | None = None,
-        give_up: Callable[[float], Exception] | None = None,
-        say_first: bool = False,
-        poll_seconds: float = POLL_SECONDS,
-        log_seconds: float = LOG_SECONDS,
-    ) -> None:
-        self.what = what
-        self.log = log
-        self.on_look = on_look
-        self.timeout = timeout
-        self.give_up = give_up
-        self.poll_seconds = poll_seconds
-        self.log_seconds = log_seconds
+    what: Callable[[], str]
+    _: KW_ONLY
+    log: Callable[[str], None]
+    on_look: Callable[[], None] | None = None
+    timeout: float | None = None
+    give_up: Callable[[float], Exception] | None = None
+    say_first: bool = False
+    poll_seconds: float = POLL_SECONDS
+    log_seconds: float = LOG_SECONDS
+    started: float = field(init=False)
+    _said: float | None = field(init=False)
+
+    def __post_init__(self) -> None:
         self.started = time.monotonic()
-        self._said: float | None = None if say_first else self.started
+        self._said = None if self.say_first else self.started  # else a minute in
 
     @property
     def waited(self) -> float:
