@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentgym.choices import CRITIC_STRATEGY_NAMES, PG_VARIANT_KNOBS, check_reward_options
-from agentgym.derived import dual_clip_c
 from agentgym.errors import ConfigError, check_choice
 
 if TYPE_CHECKING:
@@ -23,10 +22,10 @@ def check_algorithm(config: TrainConfig) -> None:
                 f"needs one clip: clip_ratio_low={config.clip_ratio_low} != clip_ratio_high="
                 f"{config.clip_ratio_high}; make them equal, or set dual_clip_ratio_c instead"
             )
-        if config.dual_clip_ratio_c not in (None, dual_clip_c(config)):
+        if config.dual_clip_ratio_c not in (None, config.dual_clip_c):
             raise ConfigError(
                 f"dual_clip_loss=true means dual-clip with c = 1 + 2 × {config.clip_ratio_low} "
-                f"= {dual_clip_c(config)} (ROLL), but dual_clip_ratio_c="
+                f"= {config.dual_clip_c} (ROLL), but dual_clip_ratio_c="
                 f"{config.dual_clip_ratio_c}: set one of them"
             )
     try:

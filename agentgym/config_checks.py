@@ -25,14 +25,8 @@ from agentgym.choices import (
     UNSUPPORTED_STRATEGIES,
     parse_lora_target,
 )
+from agentgym.cluster import device_type
 from agentgym.config_sections import DataArgs, Role
-from agentgym.derived import (
-    data_parallel_size,
-    device_mappings,
-    device_type,
-    placement_plan,
-    sync_schedule,
-)
 from agentgym.errors import ConfigError, check_choice
 from agentgym.rollout.backends import BACKENDS, check_backend
 
@@ -102,7 +96,7 @@ def check_training(config: TrainConfig) -> None:
             f"{manager.group_size} × {manager.max_traj_per_env} = {per_step}"
         )
     args = config.actor_train.training_args
-    replicas = data_parallel_size(config)
+    replicas = config.data_parallel["actor_train"]
     minibatch = args.per_device_train_batch_size * args.gradient_accumulation_steps * replicas
     if config.rollout_mode == "trajectory" and config.rollout_batch_size % minibatch:
         raise ConfigError(
@@ -278,7 +272,7 @@ def check_decoupled(config: TrainConfig) -> None:
             "(cancelling the slowest groups of a step) does not apply; unset it"
         )
     if config.async_generation_ratio and config.mode in ("explore", "train"):
-        conflict = sync_schedule(config).conflict(config.async_generation_ratio)
+        conflict = config.sync_schedule.conflict(config.async_generation_ratio)
         if conflict:
             raise ConfigError(conflict)
 
@@ -359,14 +353,14 @@ def check_lora(config: TrainConfig) -> None:
 
 def check_placement(config: TrainConfig) -> None:
     reference = config.reference.device_mapping
-    mappings = device_mappings(config)
+    mappings = config.device_mappings
     if reference and reference != mappings["actor_train"]:
         raise ConfigError(
             f"reference.device_mapping={reference}: the reference model lives in the "
             f"actor_train ranks (device_mapping={mappings['actor_train']}); leave it null "
             "or give the same list"
         )
-    plan = placement_plan(config)
+    plan = config.placement
     if config.distributed == "local":
         sizes = {role: plan.world_size(role) for role in ("actor_train", "actor_infer")}
         if config.num_nodes != 1 or any(size != 1 for size in sizes.values()):

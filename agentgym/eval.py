@@ -37,7 +37,6 @@ from omegaconf import DictConfig, OmegaConf
 from agentgym.builders.engines import generation_backend
 from agentgym.builders.rollouts import val_rollout
 from agentgym.command_line import config_errors, open_mapping_overrides, register_env_configs
-from agentgym.derived import backend_name
 from agentgym.envs.adapter import make_text_env
 from agentgym.envs.scripted import AGENTS
 from agentgym.envs.text_env import TextEnv
@@ -203,7 +202,7 @@ def build_policy(
 
     backend = generation_backend(config, model, dtype=cfg.model.dtype, device=cfg.model.device)
     tokenizer = AutoTokenizer.from_pretrained(str(model))
-    return backend, tokenizer, f"model {model} on {backend_name(config)}"
+    return backend, tokenizer, f"model {model} on {config.backend_name}"
 
 
 async def play_episodes(

@@ -9,15 +9,19 @@ from pathlib import Path
 from typing import Any
 
 
-def fsync_dir(folder: str | Path) -> None:
-    """Make a folder's entries (a rename into it) durable (POSIX; a no-op elsewhere)."""
-    if os.name != "posix":
-        return
-    descriptor = os.open(folder, os.O_RDONLY)
+def fsync_path(path: str | Path) -> None:
+    """Flush a file's data (or a folder's entries) to disk through a read-only descriptor."""
+    descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def fsync_dir(folder: str | Path) -> None:
+    """Make a folder's entries (a rename into it) durable (POSIX; a no-op elsewhere)."""
+    if os.name == "posix":
+        fsync_path(folder)
 
 
 def write_atomic(path: str | Path, data: bytes | str, *, tmp_prefix: str | None = None) -> None:

@@ -1,6 +1,7 @@
-"""The end-of-run summary of what the libraries logged (:func:`agentgym.console.library_logs`
-writes their records to a file in :data:`agentgym.console.LOG_FORMAT`): counts by level and
-the repeated messages, most frequent first.
+"""The end-of-run summary of what the libraries logged
+(:func:`agentgym.library_logging.library_logs` writes their records to a file in
+:data:`agentgym.library_logging.LOG_FORMAT`): counts by level and the repeated messages,
+most frequent first.
 """
 
 from __future__ import annotations

@@ -18,10 +18,11 @@ from agentgym.bench import run_bench
 from agentgym.builders.explore import build_explorer
 from agentgym.builders.model import apply_system_envs
 from agentgym.builders.train import build_train
-from agentgym.console import LIBRARY_LOG_FILE, echo, library_logs
+from agentgym.console import echo
 from agentgym.errors import ConfigError
 from agentgym.eval import given_keys
 from agentgym.job.explore import explore
+from agentgym.library_logging import LIBRARY_LOG_FILE, library_logs
 from agentgym.plot import plot_validation, read_metrics
 from agentgym.schema import TrainConfig
 from agentgym.trainers.batch_prep import RolloutFailedError

@@ -14,7 +14,9 @@ value is rejected with what to use instead (:data:`NOT_YET`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
@@ -34,7 +36,7 @@ from agentgym.choices import (
     SAMPLE_MODES,
     STEP_SCORES,
 )
-from agentgym.cluster import DISTRIBUTED
+from agentgym.cluster import DISTRIBUTED, PlacementPlan, plan_placement
 from agentgym.config_checks import (
     check_not_yet,
     check_placement,
@@ -67,6 +69,8 @@ from agentgym.config_sections import (
     Validation,
 )
 from agentgym.errors import ConfigError, did_you_mean
+from agentgym.job.schedule import SyncSchedule
+from agentgym.rollout.backends import resolve_backend
 from agentgym.rollout.chat import PREFIX_CHECK_MODES
 from agentgym.trainers.tracking import TRACKERS
 
@@ -207,6 +211,108 @@ class TrainConfig(Section):
     reference: Role = Role()
     validation: Validation = Validation()
 
+    # What the keys imply: derived here, once, for the checks and the builders alike.
+
+    @property
+    def device_mappings(self) -> dict[str, list[int]]:
+        """Each device role's ``device_mapping``, with the defaults filled in: one device
+        (rank 0) for ``actor_train`` and for ``actor_infer`` (colocated), the reference
+        inside the ``actor_train`` ranks (the torch strategy holds it), and GAE's critic
+        on ``actor_train``'s devices unless ``critic.device_mapping`` says."""
+        train = self.actor_train.device_mapping or [0]
+        infer = self.actor_infer.device_mapping or range(self.actor_infer.num_gpus_per_worker)
+        mappings = {"actor_train": list(train), "actor_infer": list(infer)}
+        if self.adv_estimator == "gae":
+            mappings["critic"] = list(self.critic.device_mapping or train)
+        return mappings
+
+    @property
+    def placement(self) -> PlacementPlan:
+        """Where the device roles' workers run: (node, device) slots for each role's
+        ``device_mapping`` (:func:`~agentgym.cluster.plan_placement`)."""
+        return plan_placement(
+            self.device_mappings,
+            num_nodes=self.num_nodes,
+            num_gpus_per_node=self.num_gpus_per_node,
+            devices_per_worker={"actor_infer": self.actor_infer.num_gpus_per_worker},
+        )
+
+    @property
+    def colocated(self) -> bool:
+        """Whether the engines share devices with the trainer (one process, or
+        overlapping ``device_mapping``s)."""
+        mappings = self.device_mappings
+        return self.distributed == "local" or bool(
+            set(mappings["actor_train"]) & set(mappings["actor_infer"])
+        )
+
+    @property
+    def data_parallel(self) -> dict[str, int]:
+        """Data-parallel replicas of each training role (``actor_train``, ``critic``): its
+        ranks (one per device of its ``device_mapping`` on Ray, one in process) over
+        ROLL's TP × PP × CP.
+
+        Raises:
+            ConfigError: When a role's ranks do not split into whole replicas.
+        """
+        return {role: self._replicas(role) for role in ("actor_train", "critic")}
+
+    def _replicas(self, role: str) -> int:
+        mapping = self.device_mappings.get(role)
+        if self.distributed == "local" or mapping is None:  # one process, or no such role
+            return 1
+        options = getattr(self, role).strategy_args.strategy_config
+        parallel = math.prod(int(options.get(key) or 1) for key in MODEL_PARALLEL_KEYS)
+        if len(mapping) % parallel:
+            raise ConfigError(
+                f"{role} has {len(mapping)} ranks (device_mapping), which TP × PP × CP = "
+                f"{parallel} does not divide into whole model replicas; change the mapping "
+                "or the parallel sizes"
+            )
+        return len(mapping) // parallel
+
+    @property
+    def dual_clip_c(self) -> float | None:
+        """The dual-clip bound ``c``: ``dual_clip_ratio_c`` (verl's ``clip_ratio_c``), or
+        with ROLL's ``dual_clip_loss`` ROLL's ``1 + 2 × pg_clip`` (1.4 at the default
+        clip of 0.2)."""
+        if self.dual_clip_loss:
+            return 1.0 + 2.0 * self.clip_ratio_low
+        return self.dual_clip_ratio_c
+
+    @property
+    def backend_name(self) -> str:
+        """The generation backend: ``actor_infer.strategy_args.strategy_name`` (``auto``
+        resolved)."""
+        return resolve_backend(str(self.actor_infer.strategy_args.strategy_name))
+
+    @property
+    def sync_schedule(self) -> SyncSchedule:
+        """The decoupled job's sync schedule (``synchronizer.sync_interval``,
+        ``sync_offset``, ``sync_style``)."""
+        sync = self.synchronizer
+        return SyncSchedule(sync.sync_interval, sync.sync_offset, sync.sync_style)
+
+    @property
+    def staleness_versions(self) -> float:
+        """How many versions behind the weights it updates a trained sample may be in a
+        decoupled job: ``async_generation_ratio`` where set, else what the sync schedule
+        implies (``sync_interval + sync_offset - 1``: 0 for Trinity-RFT's defaults, where
+        the explorer waits for each version)."""
+        return self.async_generation_ratio or float(self.sync_schedule.implied_bound)
+
+    @property
+    def job_dir(self) -> Path:
+        """A decoupled job's folder, where its processes meet:
+        ``checkpoint_root_dir/project/name`` (``name`` defaults to ``exp_name``)."""
+        name = self.name or self.exp_name
+        return Path(self.checkpoint_root_dir).expanduser() / self.project / name
+
+    @property
+    def job_name(self) -> str:
+        """The job's name among a Ray cluster's jobs: ``project/name``."""
+        return f"{self.project}/{self.name or self.exp_name}"
+
     @model_validator(mode="before")
     @classmethod
     def _scalar_forms(cls, data: Any) -> Any:
@@ -214,6 +320,14 @@ class TrainConfig(Section):
         if isinstance(data, dict) and isinstance(data.get("track_with"), str):
             data = {**data, "track_with": [data["track_with"]]}
         return _group_size_from_rlvr(data)
+
+
+MODEL_PARALLEL_KEYS = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+)
+"""``strategy_config`` keys whose product is a model replica's ranks (ROLL's TP × PP × CP)."""
 
 
 def _group_size_from_rlvr(data: Any) -> Any:

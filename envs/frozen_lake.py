@@ -43,16 +43,15 @@ class FrozenLakeEnv(TextEnv):
         success_rate: On a slippery lake, the probability a move goes as intended.
         max_steps: Step limit per episode; an unparsable response counts as a step.
         **kwargs: :class:`TextEnv` options (``response_format``,
-            ``max_actions_per_turn``, ``format_penalty``, ``render_mode``).
+            ``max_actions_per_turn``, ``format_penalty``, ``render_mode``: also
+            ``rgb_array``, a picture of the lake).
     """
 
     generator_version: ClassVar[int | None] = 1
-    """Raised whenever the same seed would give a different task."""
     inline_calls: ClassVar[bool] = True
     """A small lake, made and stepped in pure Python: well under a millisecond a call."""
 
     action_names: ClassVar[tuple[str, ...]] = ACTIONS
-    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
 
     def __init__(
         self,

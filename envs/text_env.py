@@ -185,6 +185,7 @@ class TextEnv(gymnasium.Env[str, str], ABC):
     does (a Sokoban whose steps sleep, say)."""
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    """Gymnasium's; a subclass that implements :meth:`_render_rgb` gets ``rgb_array`` too."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # The base reset/step always fill REQUIRED_INFO; a subclass that overrides
@@ -194,6 +195,12 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         for where in ("reset", "step"):
             if where in vars(cls):
                 setattr(cls, where, _checked(vars(cls)[where], where))
+        # The picture is declared once, by implementing it.
+        if "_render_rgb" in vars(cls) and "rgb_array" not in cls.metadata["render_modes"]:
+            cls.metadata = {
+                **cls.metadata,
+                "render_modes": [*cls.metadata["render_modes"], "rgb_array"],
+            }
 
     def __init__(
         self,

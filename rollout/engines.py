@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentgym.cluster.handles import RpcTimeoutError, WorkerDiedError, WorkerHandle
+from agentgym.cluster.placement import WorkerSpec
 from agentgym.rollout.backends import make_backend
 from agentgym.rollout.backends.base import Generation, GenerationError, SamplingParams
 from agentgym.rollout.backends.buckets import DEFAULT_BUCKET_BYTES, WeightBucket
@@ -90,7 +91,7 @@ class EngineClient:
     """The driver's :class:`GenerationBackend` for one :class:`EngineWorker`.
 
     Args:
-        handle: The worker's handle (from ``Cluster.spawn(EngineWorker, ...)``).
+        handle: The worker's handle (from ``Cluster.spawn(spec, EngineWorker, ...)``).
         bucket_bytes: Bytes per bucket when :meth:`update_weights` is called on this
             client alone (a :class:`~agentgym.rollout.router.Router` sends its own).
 
@@ -195,18 +196,9 @@ def spawn_engines(
     for rank in range(count):
         name = f"{role}[{rank}]"
         seeded = {"seed": seeds[rank]} if seeds is not None else {}
+        spec = WorkerSpec(name, places[rank], devices[rank], gpu, ENGINE_CONCURRENCY)
         handle = cluster.spawn(
-            EngineWorker,
-            name,
-            backend,
-            model_path,
-            name=name,
-            node=places[rank],
-            visible_devices=devices[rank],
-            gpu=gpu,
-            concurrency=ENGINE_CONCURRENCY,
-            **backend_kwargs,
-            **seeded,
+            spec, EngineWorker, name, backend, model_path, **backend_kwargs, **seeded
         )
         clients.append(EngineClient(handle))
     return clients

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agentgym import registry
-from agentgym.cluster import WorkerHandle
+from agentgym.cluster import WorkerHandle, WorkerSpec
 from agentgym.cluster.placement import spread
 from agentgym.envs.text_env import TextEnv
 from agentgym.rollout.worker_client import WorkerChannel, WorkerEnv
@@ -281,16 +281,15 @@ class EnvManager:
         for rank, node in enumerate(spread(len(chunks), cluster.num_nodes)):
             self.workers.append(
                 cluster.spawn(
+                    WorkerSpec(
+                        f"env_worker[{rank}]", node, concurrency=WORKER_CONCURRENCY, restarts=-1
+                    ),
                     EnvWorker,
                     chunks[rank],
                     registrations,
                     (cluster.node_address(node), key),
                     # a process of its own: a longer switch interval keeps it busy
                     WORKER_SWITCH_INTERVAL if cluster.kind == "ray" else None,
-                    name=f"env_worker[{rank}]",
-                    node=node,
-                    concurrency=WORKER_CONCURRENCY,
-                    restarts=-1,
                 )
             )
         clients: list[WorkerEnv] = []

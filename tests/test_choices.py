@@ -27,7 +27,7 @@ def test_validating_a_composed_config_imports_no_torch() -> None:
 
 
 def test_every_implementation_table_holds_the_names_the_schema_accepts() -> None:
-    from agentgym.trainers import advantages, correction, losses, pg_variants
+    from agentgym.trainers import advantages, correction, losses, normalization, pg_variants
     from agentgym.trainers.strategies import CRITIC_STRATEGIES, STRATEGIES
     from agentgym.trainers.strategies.optim import LR_SCHEDULERS
 
@@ -37,8 +37,8 @@ def test_every_implementation_table_holds_the_names_the_schema_accepts() -> None
     assert not set(STRATEGIES) & set(choices.UNSUPPORTED_STRATEGIES)
     # gae is the critic's estimator (trainers/gae.py); the others are registered
     assert {*advantages.ADVANTAGE_ESTIMATORS, "gae"} >= set(choices.ADVANTAGE_ESTIMATORS)
-    assert tuple(advantages._GROUPERS) == choices.GROUPINGS
-    assert tuple(advantages._NORMALIZERS) == choices.NORMALIZATIONS
+    assert tuple(normalization._GROUPERS) == choices.GROUPINGS
+    assert tuple(normalization._NORMALIZERS) == choices.NORMALIZATIONS
     assert tuple(losses._AGGREGATORS) == choices.LOSS_AGG_MODES
     assert tuple(pg_variants.PG_VARIANTS) == choices.PG_VARIANTS
     assert correction.WEIGHT_TYPES is choices.WEIGHT_TYPES

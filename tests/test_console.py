@@ -14,12 +14,8 @@ from typing import Any
 
 import pytest
 
-from agentgym.console import (
-    echo,
-    library_logs,
-    library_of,
-    redirect_output,
-)
+from agentgym.console import echo
+from agentgym.library_logging import library_logs, library_of, redirect_output
 from agentgym.log_summary import LibraryLogSummary, RepeatedMessage
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from agentgym.builders.recipe import grpo_config
-from agentgym.derived import data_parallel_size
 from agentgym.errors import ConfigError
 from agentgym.schema import validate
 from tests.test_config import composed
@@ -24,7 +23,7 @@ TRAJECTORIES = (
 
 def test_one_process_is_one_replica() -> None:
     config = validate(composed(*TRAJECTORIES))
-    assert data_parallel_size(config) == 1
+    assert config.data_parallel["actor_train"] == 1
     assert grpo_config(config).schedule.gradient_accumulation_steps == 2  # mini-batch 4 × 2 = 8
 
 
@@ -32,7 +31,7 @@ def test_two_torch_ranks_double_the_mini_batch() -> None:
     config = validate(
         composed(*TRAJECTORIES, "distributed=ray", "++actor_train.device_mapping=[0,1]")
     )
-    assert data_parallel_size(config) == 2
+    assert config.data_parallel["actor_train"] == 2
     # 4 rows × 2 accumulation steps on each of 2 replicas: 4 micro-batches of 4 per mini-batch
     assert grpo_config(config).schedule.gradient_accumulation_steps == 4
 
@@ -47,7 +46,7 @@ def test_tensor_parallel_ranks_are_one_replica() -> None:
             "strategy.strategy_config.tensor_model_parallel_size=2",
         )
     )
-    assert data_parallel_size(config) == 2  # 4 ranks / TP 2
+    assert config.data_parallel["actor_train"] == 2  # 4 ranks / TP 2
     assert grpo_config(config).schedule.gradient_accumulation_steps == 4
 
 

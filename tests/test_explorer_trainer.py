@@ -259,12 +259,11 @@ def test_file_storage_is_the_sql_store_with_a_jsonl_copy_in_the_job_folder(
     tmp_path: Path,
 ) -> None:
     from agentgym.builders.job import experience_buffer
-    from agentgym.derived import job_dir
 
     config = validate(composed("buffer.storage_type=file", f"checkpoint_root_dir={tmp_path}"))
     buffer = experience_buffer(config)
     assert isinstance(buffer, ExperienceBuffer)
-    assert buffer.copy_to == job_dir(config).absolute() / "experiences.jsonl"
+    assert buffer.copy_to == config.job_dir.absolute() / "experiences.jsonl"
     assert buffer.path == buffer.copy_to.with_suffix(".sqlite")
     named = validate(
         composed("buffer.storage_type=file", f"buffer.path={tmp_path / 'out' / 'exp.jsonl'}")

@@ -269,7 +269,6 @@ def test_strategy_config_auto_applies_the_winner_and_keeps_the_mini_batch(
 ) -> None:
     from omegaconf import OmegaConf
 
-    from agentgym.derived import data_parallel_size
     from agentgym.plan.auto import planned
     from agentgym.schema import validate
     from agentgym.train import check
@@ -293,7 +292,7 @@ def test_strategy_config_auto_applies_the_winner_and_keeps_the_mini_batch(
     args = config.actor_train.training_args
     # the mini-batch the config asked for: 4 per device × 2 accumulated × 4 ranks
     mini = args.per_device_train_batch_size * args.gradient_accumulation_steps
-    assert mini * data_parallel_size(config) == 32
+    assert mini * config.data_parallel["actor_train"] == 32
     # the same through the entry point's check, from the spelling
     cfg = OmegaConf.create(composed(*overrides, "actor_train.strategy_args.strategy_config=auto"))
     checked, _ = check(cfg)

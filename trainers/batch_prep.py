@@ -13,17 +13,16 @@ from typing import TYPE_CHECKING
 import torch
 
 from agentgym.rollout.metrics import failure_report
-from agentgym.trainers.advantages import (
-    anchor_state_advantages,
-    compute_advantages,
-    finish_advantages,
-    normalize_rewards,
-    opmd_advantages,
-)
+from agentgym.trainers.advantages import compute_advantages, finish_advantages
 from agentgym.trainers.correction import correction_terms
 from agentgym.trainers.gae import gae_advantages
 from agentgym.trainers.kl_control import current_kl
 from agentgym.trainers.losses import kl_penalty
+from agentgym.trainers.normalization import (
+    anchor_state_advantages,
+    normalize_rewards,
+    opmd_advantages,
+)
 from agentgym.trainers.rewards import process_rewards
 from agentgym.trajectory import RolloutBatch, Trajectory
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentgym.fileio import fsync_dir, write_atomic
+from agentgym.fileio import fsync_dir, fsync_path, write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -282,9 +282,5 @@ def _fsync_tree(folder: Path) -> None:
             path = os.path.join(dirpath, filename)
             if os.path.islink(path):
                 continue
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(path)
         fsync_dir(Path(dirpath))

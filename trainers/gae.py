@@ -18,7 +18,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from agentgym.trainers.losses import aggregate_loss, token_share
+from agentgym.trainers.losses import Aggregation
 
 
 class GAEOutput(NamedTuple):
@@ -151,6 +151,7 @@ def value_loss(
     if value_clip is not None and value_clip <= 0:
         raise ValueError(f"value_clip must be positive (or None for no clip), got {value_clip}")
     keep = mask.bool()
+    aggregation = Aggregation(loss_agg_mode, norm_length, num_tokens, num_seqs)
     unclipped = (values - returns).square()  # [B, T]
     per_token = unclipped
     metrics: dict[str, Tensor] = {}
@@ -158,18 +159,11 @@ def value_loss(
         clipped_values = torch.clamp(values, old_values - value_clip, old_values + value_clip)
         clipped = (clipped_values - returns).square()  # [B, T]
         per_token = torch.maximum(unclipped, clipped)
-        metrics["vf_clipfrac"] = token_share((clipped > unclipped).float(), keep, num_tokens)
-    loss = 0.5 * aggregate_loss(
-        per_token,
-        mask,
-        loss_agg_mode,
-        norm_length=norm_length,
-        num_tokens=num_tokens,
-        num_seqs=num_seqs,
-    )
+        metrics["vf_clipfrac"] = aggregation.share((clipped > unclipped).float(), keep)
+    loss = 0.5 * aggregation(per_token, mask)
     metrics.update(
         vf_loss=loss.detach(),
-        vpred_mean=token_share(values.detach(), keep, num_tokens),
-        vf_error=token_share(unclipped.detach(), keep, num_tokens),
+        vpred_mean=aggregation.share(values.detach(), keep),
+        vf_error=aggregation.share(unclipped.detach(), keep),
     )
     return loss, metrics

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -28,38 +28,73 @@ LOG_RATIO_LIMIT = 20.0
 LOW_VAR_KL_LIMIT = 10.0
 
 
-class _Denominators(NamedTuple):
-    length: float
-    num_tokens: Tensor | float | None
-    num_seqs: Tensor | float | None
+@dataclass(frozen=True)
+class Aggregation:
+    """How a per-token loss becomes a scalar: :func:`aggregate_loss`'s mode and
+    denominators, passed on as one value (calling it aggregates).
+
+    Attributes:
+        mode: One of :data:`LOSS_AGG_MODES`.
+        norm_length: The constant of ``seq-mean-token-sum-norm``.
+        num_tokens: The token count ``token-mean`` divides by (None: the mask's).
+        num_seqs: The sequence count of the ``seq-mean-*`` modes (None: the mask's).
+    """
+
+    mode: str = "token-mean"
+    norm_length: int | None = None
+    num_tokens: Tensor | float | None = None
+    num_seqs: Tensor | float | None = None
+
+    def __call__(self, loss: Tensor, mask: Tensor) -> Tensor:
+        """:func:`aggregate_loss` of ``loss`` (``[B, T]``) over ``mask`` (``[B, T]``)."""
+        check_choice("loss_agg_mode", self.mode, LOSS_AGG_MODES)
+        if loss.shape != mask.shape or loss.dim() != 2:
+            raise ValueError(
+                f"loss and mask must both be [B, T], got {tuple(loss.shape)} and "
+                f"{tuple(mask.shape)}"
+            )
+        norm_length = self.norm_length
+        if self.mode == "seq-mean-token-sum-norm" and (norm_length is None or norm_length <= 0):
+            raise ValueError(
+                "seq-mean-token-sum-norm needs a positive constant norm_length, got "
+                f"{norm_length}: pass the config's (e.g. the sequence length), never a "
+                "tensor's width"
+            )
+        keep = mask.bool()
+        masked = torch.where(keep, loss, torch.zeros_like(loss))  # [B, T]
+        return _AGGREGATORS[self.mode](masked, keep, self)
+
+    def share(self, values: Tensor, keep: Tensor) -> Tensor:
+        """:func:`token_share` of ``values`` over ``keep`` with :attr:`num_tokens`."""
+        return token_share(values, keep, self.num_tokens)
 
 
-def _seq_count(keep: Tensor, denominators: _Denominators) -> Tensor:
+def _seq_count(keep: Tensor, aggregation: Aggregation) -> Tensor:
     # Rows without a generated token are left out of the count (as verl does).
-    count = denominators.num_seqs
+    count = aggregation.num_seqs
     return torch.as_tensor((keep.sum(-1) > 0).sum() if count is None else count).clamp(min=1)
 
 
-def _token_mean(masked: Tensor, keep: Tensor, denominators: _Denominators) -> Tensor:
-    count = keep.sum() if denominators.num_tokens is None else denominators.num_tokens
+def _token_mean(masked: Tensor, keep: Tensor, aggregation: Aggregation) -> Tensor:
+    count = keep.sum() if aggregation.num_tokens is None else aggregation.num_tokens
     return masked.sum() / torch.as_tensor(count).clamp(min=1)
 
 
-def _seq_mean_token_sum(masked: Tensor, keep: Tensor, denominators: _Denominators) -> Tensor:
-    return masked.sum() / _seq_count(keep, denominators)
+def _seq_mean_token_sum(masked: Tensor, keep: Tensor, aggregation: Aggregation) -> Tensor:
+    return masked.sum() / _seq_count(keep, aggregation)
 
 
-def _seq_mean_token_mean(masked: Tensor, keep: Tensor, denominators: _Denominators) -> Tensor:
+def _seq_mean_token_mean(masked: Tensor, keep: Tensor, aggregation: Aggregation) -> Tensor:
     # Each row of per_token sums to that row's token mean.
     per_token = masked / keep.sum(-1, keepdim=True).clamp(min=1)  # [B, T]
-    return per_token.sum() / _seq_count(keep, denominators)
+    return per_token.sum() / _seq_count(keep, aggregation)
 
 
-def _seq_mean_token_sum_norm(masked: Tensor, keep: Tensor, denominators: _Denominators) -> Tensor:
-    return masked.sum() / denominators.length
+def _seq_mean_token_sum_norm(masked: Tensor, keep: Tensor, aggregation: Aggregation) -> Tensor:
+    return masked.sum() / float(aggregation.norm_length or 1)
 
 
-_AGGREGATORS: dict[str, Callable[[Tensor, Tensor, _Denominators], Tensor]] = {
+_AGGREGATORS: dict[str, Callable[[Tensor, Tensor, Aggregation], Tensor]] = {
     "token-mean": _token_mean,
     "seq-mean-token-sum": _seq_mean_token_sum,
     "seq-mean-token-mean": _seq_mean_token_mean,
@@ -113,20 +148,7 @@ def aggregate_loss(
         ValueError: On an unknown mode, mismatched shapes, or ``norm_length``
             missing or ``<= 0`` in ``seq-mean-token-sum-norm``.
     """
-    check_choice("loss_agg_mode", mode, LOSS_AGG_MODES)
-    if loss.shape != mask.shape or loss.dim() != 2:
-        raise ValueError(
-            f"loss and mask must both be [B, T], got {tuple(loss.shape)} and {tuple(mask.shape)}"
-        )
-    if mode == "seq-mean-token-sum-norm" and (norm_length is None or norm_length <= 0):
-        raise ValueError(
-            f"seq-mean-token-sum-norm needs a positive constant norm_length, got {norm_length}: "
-            "pass the config's (e.g. the sequence length), never a tensor's width"
-        )
-    keep = mask.bool()
-    masked = torch.where(keep, loss, torch.zeros_like(loss))  # [B, T]
-    denominators = _Denominators(float(norm_length or 1), num_tokens, num_seqs)
-    return _AGGREGATORS[mode](masked, keep, denominators)
+    return Aggregation(mode, norm_length, num_tokens, num_seqs)(loss, mask)
 
 
 def policy_loss(
@@ -202,10 +224,8 @@ def policy_loss(
         )
     check_policy_inputs(logprobs, old_logprobs, advantages, mask, is_weights)
     keep = mask.bool()
-
-    def share(values: Tensor, where: Tensor) -> Tensor:
-        return token_share(values, where, num_tokens)
-
+    aggregation = Aggregation(loss_agg_mode, norm_length, num_tokens, num_seqs)
+    share = aggregation.share
     advantages = torch.where(keep, advantages, torch.zeros_like(advantages))  # [B, T]
     log_ratio, ratio = masked_ratio(logprobs, old_logprobs, keep)  # [B, T], [B, T]
     unclipped = -advantages * ratio  # [B, T]
@@ -224,17 +244,7 @@ def policy_loss(
             clipfrac_high=share(((advantages > 0) & (ratio > 1.0 + clip_ratio_high)).float(), keep),
         )
     return finish_policy_loss(
-        per_token,
-        mask,
-        log_ratio,
-        ratio,
-        metrics,
-        loss_agg_mode=loss_agg_mode,
-        is_weights=is_weights,
-        sample_weights=sample_weights,
-        norm_length=norm_length,
-        num_tokens=num_tokens,
-        num_seqs=num_seqs,
+        per_token, mask, log_ratio, ratio, metrics, aggregation, is_weights, sample_weights
     )
 
 
@@ -269,16 +279,12 @@ def finish_policy_loss(
     log_ratio: Tensor,
     ratio: Tensor,
     metrics: dict[str, Tensor],
-    *,
-    loss_agg_mode: str,
-    is_weights: Tensor | None,
-    sample_weights: Tensor | None,
-    norm_length: int | None,
-    num_tokens: Tensor | float | None,
-    num_seqs: Tensor | float | None,
+    aggregation: Aggregation,
+    is_weights: Tensor | None = None,
+    sample_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The common end of a policy loss: the per-token loss times ``is_weights`` and
-    each row's ``sample_weights`` (both detached), reduced by :func:`aggregate_loss`.
+    each row's ``sample_weights`` (both detached), reduced by ``aggregation``.
 
     Adds to ``metrics`` (detached): ``pg_loss``, ``approx_kl`` (mean of ``old - new``
     log-probabilities), ``ratio_mean`` (token shares, see :func:`policy_loss`),
@@ -291,23 +297,16 @@ def finish_policy_loss(
     keep = mask.bool()
     if is_weights is not None:
         per_token = per_token * is_weights.detach()
-        metrics["is_weight_mean"] = token_share(is_weights.detach(), keep, num_tokens)
+        metrics["is_weight_mean"] = aggregation.share(is_weights.detach(), keep)
     if sample_weights is not None:
         per_token = weight_rows(per_token, sample_weights)
-    loss = aggregate_loss(
-        per_token,
-        mask,
-        loss_agg_mode,
-        norm_length=norm_length,
-        num_tokens=num_tokens,
-        num_seqs=num_seqs,
-    )
+    loss = aggregation(per_token, mask)
     with torch.no_grad():
         big = torch.finfo(ratio.dtype).max
         metrics.update(
             pg_loss=loss.detach(),
-            approx_kl=token_share(-log_ratio, keep, num_tokens),
-            ratio_mean=token_share(ratio, keep, num_tokens),
+            approx_kl=aggregation.share(-log_ratio, keep),
+            ratio_mean=aggregation.share(ratio, keep),
             ratio_min=torch.where(keep, ratio, big).amin() if keep.any() else ratio.new_ones(()),
             ratio_max=torch.where(keep, ratio, -big).amax() if keep.any() else ratio.new_ones(()),
         )

@@ -18,7 +18,7 @@ import torch
 from agentgym.choices import PG_VARIANT_KNOBS
 from agentgym.trainers.gae import value_loss
 from agentgym.trainers.loss_terms import mix_losses, sft_loss
-from agentgym.trainers.losses import POLICY_LOSS_REDUCE, aggregate_loss, kl_penalty
+from agentgym.trainers.losses import POLICY_LOSS_REDUCE, Aggregation, kl_penalty
 from agentgym.trainers.pg_variants import PG_VARIANTS
 from agentgym.trainers.strategies import LossInputs, Metric, ModelOutputs
 from agentgym.trajectory import RolloutBatch
@@ -53,6 +53,7 @@ class PolicyLoss:
             "num_tokens": num_tokens,
             "num_seqs": num_seqs,
         }
+        self.aggregate = Aggregation(config.loss_agg_mode, **self.counts)  # type: ignore[arg-type]
         self.variant = PG_VARIANTS[config.pg_variant]
         self.knobs = {key: getattr(config, key) for key in PG_VARIANT_KNOBS[config.pg_variant]}
         self.needs = LossInputs(
@@ -97,7 +98,7 @@ class PolicyLoss:
                 logits=outputs.logits,
                 ref_logits=outputs.ref_logits,
             )
-            kl_loss = aggregate_loss(kl, mask, config.loss_agg_mode, **self.counts)  # type: ignore[arg-type]
+            kl_loss = self.aggregate(kl, mask)
             loss = loss + config.kl_loss_coef * kl_loss
             metrics["kl"] = Metric(float(kl_loss.detach()), "sum")
         sft = None
@@ -110,7 +111,7 @@ class PolicyLoss:
                 mask,
                 use_topr_loss=config.use_topr_loss,
             )  # [b, t]
-            sft = aggregate_loss(per_token, mask, config.loss_agg_mode, **self.counts)  # type: ignore[arg-type]
+            sft = self.aggregate(per_token, mask)
             metrics["sft_loss"] = Metric(float(sft.detach()), "sum")
         loss = mix_losses(
             loss, sft, rl_loss_coef=config.rl_loss_coef, sft_loss_coef=config.sft_loss_coef
@@ -118,7 +119,7 @@ class PolicyLoss:
         if config.entropy_loss_coef:
             if outputs.entropy is None:
                 raise ValueError("entropy_loss_coef needs the strategy's entropy output")
-            entropy = aggregate_loss(outputs.entropy, mask, config.loss_agg_mode, **self.counts)  # type: ignore[arg-type]
+            entropy = self.aggregate(outputs.entropy, mask)
             loss = loss - config.entropy_loss_coef * entropy
             metrics["entropy"] = Metric(float(entropy.detach()), "sum")
         metrics["loss"] = Metric(float(loss.detach()), "sum")

@@ -72,6 +72,7 @@ from torch import Tensor
 from agentgym.choices import PG_VARIANT_KNOBS as PG_VARIANT_KNOBS  # its knobs, re-exported
 from agentgym.trainers.loss_terms import topr_loss
 from agentgym.trainers.losses import (
+    Aggregation,
     check_policy_inputs,
     finish_policy_loss,
     masked_ratio,
@@ -119,6 +120,26 @@ def _aggregation(args: VariantArgs) -> dict[str, Any]:
     }
 
 
+def _finish(
+    per_token: Tensor,
+    mask: Tensor,
+    log_ratio: Tensor,
+    ratio: Tensor,
+    metrics: dict[str, Tensor],
+    args: VariantArgs,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """:func:`~agentgym.trainers.losses.finish_policy_loss` with ``args``' weights and
+    aggregation."""
+    kwargs = _aggregation(args)
+    aggregation = Aggregation(
+        kwargs["loss_agg_mode"], kwargs["norm_length"], kwargs["num_tokens"], kwargs["num_seqs"]
+    )
+    return finish_policy_loss(
+        per_token, mask, log_ratio, ratio, metrics, aggregation,
+        kwargs["is_weights"], kwargs["sample_weights"],
+    )  # fmt: skip
+
+
 def _inputs(
     logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, args: VariantArgs
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -161,7 +182,7 @@ def vanilla(
     """
     keep, log_ratio, ratio = _inputs(logprobs, old_logprobs, advantages, mask, args)
     per_token = _reinforce(torch.ones_like(ratio), logprobs, advantages, keep)  # [B, T]
-    return finish_policy_loss(per_token, mask, log_ratio, ratio, {}, **_aggregation(args))
+    return _finish(per_token, mask, log_ratio, ratio, {}, args)
 
 
 def ppo(
@@ -235,7 +256,7 @@ def tis(
             "tis_upper_clipfrac": token_share((ratio > tis_upper_bound).float(), keep, count),
             "tis_weight_mean": token_share(weight, keep, count),
         }
-    return finish_policy_loss(per_token, mask, log_ratio, ratio, metrics, **_aggregation(args))
+    return _finish(per_token, mask, log_ratio, ratio, metrics, args)
 
 
 def topr(
@@ -312,7 +333,7 @@ def topr(
             "topr_positive_frac": token_share(positive.float(), keep, count),
             "topr_negative_clipfrac": token_share(tapered.float(), keep, count),
         }
-    return finish_policy_loss(per_token, mask, log_ratio, ratio, metrics, **_aggregation(args))
+    return _finish(per_token, mask, log_ratio, ratio, metrics, args)
 
 
 def cispo(
@@ -369,7 +390,7 @@ def cispo(
             cispo_upper_clipfrac=token_share((ratio > high).float(), keep, count),
             cispo_weight_mean=token_share(weight, keep, count),
         )
-    return finish_policy_loss(per_token, mask, log_ratio, ratio, metrics, **_aggregation(args))
+    return _finish(per_token, mask, log_ratio, ratio, metrics, args)
 
 
 def kimi15(
@@ -404,7 +425,7 @@ def kimi15(
     regularizer = 0.5 * kimi15_tau * log_ratio.square()  # [B, T], 0 off the mask
     per_token = _reinforce(torch.ones_like(ratio), logprobs, advantages, keep) + regularizer
     metrics = {"kimi15_reg": token_share(regularizer.detach(), keep, args.get("num_tokens"))}
-    return finish_policy_loss(per_token, mask, log_ratio, ratio, metrics, **_aggregation(args))
+    return _finish(per_token, mask, log_ratio, ratio, metrics, args)
 
 
 def opmd(
@@ -440,7 +461,7 @@ def opmd(
     keep, log_ratio, ratio = _inputs(logprobs, old_logprobs, advantages, mask, args)
     scale = torch.full_like(ratio, 1.0 / (1.0 + opmd_tau))  # [B, T]
     per_token = _reinforce(scale, logprobs, advantages, keep)  # [B, T]
-    return finish_policy_loss(per_token, mask, log_ratio, ratio, {}, **_aggregation(args))
+    return _finish(per_token, mask, log_ratio, ratio, {}, args)
 
 
 PG_VARIANTS: dict[str, PgVariant] = {

@@ -343,16 +343,7 @@ def start_rank_group(
     world = len(placements)
     arguments = (role, strategy_name, str(model_path), dict(strategy_config), dict(settings))
     handles = [
-        cluster.spawn(
-            GroupRank,
-            placement.rank,
-            world,
-            *arguments,
-            name=f"{role}[{placement.rank}]",
-            node=placement.node,
-            visible_devices=placement.visible_devices if placement.gpu else None,
-            gpu=placement.gpu,
-        )
+        cluster.spawn(placement.spec(), GroupRank, placement.rank, world, *arguments)
         for placement in placements
     ]
     group = GROUPS[role](handles, rpc_timeout=rpc_timeout)

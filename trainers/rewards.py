@@ -27,7 +27,8 @@ from torch import Tensor
 
 from agentgym.choices import REWARD_NORMS, check_reward_options
 from agentgym.errors import check_choice
-from agentgym.trainers.advantages import group_stats, last_token_rewards, masked_whiten
+from agentgym.trainers.advantages import last_token_rewards, masked_whiten
+from agentgym.trainers.normalization import group_stats
 
 STD_EPSILON = 1e-6
 """Added to the std in ``reward_norm`` (ROLL's ``reward_norm``)."""

@@ -13,6 +13,7 @@ every mode, and hands them over finished.
   source;
 * :mod:`~agentgym.builders.run_folder`: the run's saved config, ``meta.json`` and tracker.
 
-Values derived from the config (placements, data-parallel sizes, the sync schedule,
-the job folder) are in :mod:`agentgym.derived`, which the config checks read too.
+What the config's keys imply (placements, data-parallel sizes, the sync schedule, the
+job folder) are properties of the checked config (:class:`agentgym.schema.TrainConfig`),
+derived in one place for the checks and the builders alike.
 """

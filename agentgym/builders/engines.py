@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentgym.cluster import Cluster
-from agentgym.console import LIBRARY_LOG_FILE, redirect_output
-from agentgym.derived import backend_name, colocated, device_type, placement_plan
+from agentgym.cluster import Cluster, device_type
+from agentgym.library_logging import LIBRARY_LOG_FILE, redirect_output
 from agentgym.rollout.backends import GenerationBackend, make_backend
 from agentgym.rollout.engines import spawn_engines
 from agentgym.rollout.limits import RequestCap
@@ -39,7 +38,7 @@ def generation_backend(
         import torch
 
         per_request_seed = torch.cuda.is_available()
-    name = backend_name(config)
+    name = config.backend_name
     settings: dict[str, Any] = {
         "dtype": dtype,
         "device": device,
@@ -63,7 +62,7 @@ def generation_backend(
             weight_sync_dir=str(sync_dir) if sync_dir is not None else None,
         )
         return backend if cap is None else RequestCap(backend, cap)
-    engines = placement_plan(config).workers["actor_infer"]
+    engines = config.placement.workers["actor_infer"]
     if engines[0].gpu:  # each engine's GPUs: one model split over them
         settings["tensor_parallel_size"] = config.actor_infer.num_gpus_per_worker
     clients = spawn_engines(
@@ -88,7 +87,7 @@ def vllm_options(config: TrainConfig) -> dict[str, Any]:
     share assumes its engines sleep while the trainer works; these stay resident)."""
     options = dict(config.actor_infer.strategy_args.strategy_config or {})
     share = options.get("gpu_memory_utilization")
-    if share is not None and float(share) > COLOCATED_SHARE and colocated(config):
+    if share is not None and float(share) > COLOCATED_SHARE and config.colocated:
         print(
             f"actor_infer.strategy_args.strategy_config.gpu_memory_utilization={share}: the "
             "engines share their GPUs with the trainer and stay resident (nothing sleeps "

@@ -15,7 +15,6 @@ from agentgym.builders.job import experience_buffer, weight_channel
 from agentgym.builders.model import build_cluster, model_path
 from agentgym.builders.rollouts import rollouts
 from agentgym.builders.run_folder import open_run_folder
-from agentgym.derived import backend_name, job_dir, staleness_versions, sync_schedule
 from agentgym.job.explore import ExplorerParts, close_all
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.schema import TrainConfig
@@ -42,20 +41,20 @@ def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerPar
         close_all(closers)
         raise
     print(
-        f"mode=explore: explorer {config.explorer.name}, job folder {job_dir(config)}; "
-        f"generation backend: {backend_name(config)}; model: {path}",
+        f"mode=explore: explorer {config.explorer.name}, job folder {config.job_dir}; "
+        f"generation backend: {config.backend_name}; model: {path}",
         flush=True,
     )
     return ExplorerParts(
         name=config.explorer.name,
-        job_dir=job_dir(config),
+        job_dir=config.job_dir,
         buffer=experience_buffer(config),
         weights=weight_channel(config),
         train=train,
         val=val,
         tracker=tracker,
-        ratio=staleness_versions(config),
-        schedule=sync_schedule(config),
+        ratio=config.staleness_versions,
+        schedule=config.sync_schedule,
         eval_steps=config.eval_steps,
         eval_on_startup=config.validation.on_startup,
         sync_timeout=config.synchronizer.sync_timeout,

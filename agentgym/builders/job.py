@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentgym.derived import job_dir, job_name, staleness_versions, sync_schedule
 from agentgym.job.buffer import ExperienceBuffer
 from agentgym.job.buffer_source import BufferSource
 from agentgym.job.published_weights import FolderChannel, WeightChannel, WeightPublisher
@@ -27,16 +26,16 @@ def experience_buffer(config: TrainConfig) -> JobBuffer:
     storage, given = config.buffer.storage_type, config.buffer.path
     copy_to = None
     if storage == "file":
-        target = Path(given).expanduser() if given else job_dir(config)
+        target = Path(given).expanduser() if given else config.job_dir
         if target.suffix != ".jsonl":  # a folder (as Trinity-RFT's file paths are)
             target = target / "experiences.jsonl"
         copy_to = target.absolute()
         given = str(copy_to.with_suffix(".sqlite"))
-    path = Path(given or job_dir(config) / "buffer.sqlite").expanduser().absolute()
+    path = Path(given or config.job_dir / "buffer.sqlite").expanduser().absolute()
     if storage == "queue":
         from agentgym.job.ray_job import RayExperienceBuffer  # imports ray: only for queue
 
-        return RayExperienceBuffer(job_name(config), path, address=config.ray_address)
+        return RayExperienceBuffer(config.job_name, path, address=config.ray_address)
     return ExperienceBuffer(path, copy_to=copy_to)
 
 
@@ -47,15 +46,15 @@ def weight_channel(config: TrainConfig) -> WeightChannel:
     if config.synchronizer.sync_method == "memory":
         from agentgym.job.ray_job import MemoryChannel  # imports ray: only for memory
 
-        return MemoryChannel(job_name(config), address=config.ray_address)
+        return MemoryChannel(config.job_name, address=config.ray_address)
     if config.synchronizer.sync_method == "nccl":
         from agentgym.job.collective_weights import (  # torch.distributed: only for nccl
             CollectiveChannel,
             collective_backend,
         )
 
-        return CollectiveChannel(job_dir(config), backend=collective_backend())
-    return FolderChannel(job_dir(config))
+        return CollectiveChannel(config.job_dir, backend=collective_backend())
+    return FolderChannel(config.job_dir)
 
 
 def trainer_source(
@@ -78,8 +77,8 @@ def trainer_source(
         experience_buffer(config),
         publisher,
         groups_per_step=config.train_env_manager.env_groups,
-        ratio=staleness_versions(config),
-        schedule=sync_schedule(config),
+        ratio=config.staleness_versions,
+        schedule=config.sync_schedule,
         last_step=config.max_steps,
         max_read_timeout=config.buffer.max_read_timeout,
         explorer_timeout=config.buffer.explorer_timeout,

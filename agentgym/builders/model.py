@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.cluster import Cluster, start_cluster
-from agentgym.derived import data_parallel_size, placement_plan
 from agentgym.models.tiny import ensure_tiny_model
 from agentgym.schema import TrainConfig
 from agentgym.trainers.ranks import start_rank_group
@@ -63,7 +62,7 @@ def _training_settings(config: TrainConfig, role_name: str, *, passes: int) -> d
             ppo_epochs=passes,
             mini_batch_size=args.per_device_train_batch_size
             * args.gradient_accumulation_steps
-            * data_parallel_size(config, role_name),
+            * config.data_parallel[role_name],
         ),
         max_grad_norm=config.max_grad_norm,
     )
@@ -138,7 +137,7 @@ def _role_strategy(
     return start_rank_group(
         cluster,
         role_name,
-        placement_plan(config).workers[role_name],
+        config.placement.workers[role_name],
         strategy_name=name,
         model_path=path,
         strategy_config=options,

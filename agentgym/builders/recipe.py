@@ -8,7 +8,6 @@ from dataclasses import fields
 from typing import Any, TypeVar
 
 from agentgym.config_sections import Role
-from agentgym.derived import data_parallel_size, dual_clip_c
 from agentgym.schema import TrainConfig
 from agentgym.trainers.correction import correction_config
 from agentgym.trainers.kl_control import KLController, make_kl_controller
@@ -29,7 +28,7 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
     loss = _from_schema(
         LossConfig,
         config,
-        dual_clip_ratio_c=dual_clip_c(config),
+        dual_clip_ratio_c=config.dual_clip_c,
         loss_scale_factor=config.loss_scale_factor or config.sequence_length,
         train_infer_correction=correction_config(
             config.train_infer_correction, tis_cap=config.tis_cap
@@ -49,11 +48,11 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
         # ROLL's mini-batch: per device × accumulation × data-parallel replicas; the
         # recipe counts micro-batches per mini-batch, dealt out to the replicas
         gradient_accumulation_steps=(
-            train_args.gradient_accumulation_steps * data_parallel_size(config)
+            train_args.gradient_accumulation_steps * config.data_parallel["actor_train"]
         ),
         critic_micro_batch_size=critic_args.per_device_train_batch_size,
         critic_gradient_accumulation_steps=(
-            critic_args.gradient_accumulation_steps * data_parallel_size(config, "critic")
+            critic_args.gradient_accumulation_steps * config.data_parallel["critic"]
         ),
         val_renders=config.validation.renders,
         eval_on_startup=config.validation.on_startup,

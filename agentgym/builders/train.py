@@ -19,7 +19,6 @@ from agentgym.builders.model import (
 from agentgym.builders.recipe import grpo_config, kl_controller
 from agentgym.builders.rollouts import rollout_source, rollouts
 from agentgym.builders.run_folder import open_run_folder
-from agentgym.derived import backend_name, job_dir
 from agentgym.registry import env_versions
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.source import Rollout, RolloutSource
@@ -68,10 +67,10 @@ def build_train(
         if config.mode == "train":  # the explorers generate: weights go to the job folder
             weights = None if resume_step is not None else strategy.export_weights()
             source: RolloutSource = trainer_source(config, weights, resume_step=resume_step)
-            print(f"mode=train: job folder {job_dir(config)}; model: {path}", flush=True)
+            print(f"mode=train: job folder {config.job_dir}; model: {path}", flush=True)
         else:
             backend = run_engines(config, path, output_dir, workers)
-            print(f"generation backend: {backend_name(config)}; model: {path}", flush=True)
+            print(f"generation backend: {config.backend_name}; model: {path}", flush=True)
             chat = ChatTokenizer(tokenizer)
             train, val = rollouts(config, backend, chat, workers)
             source = rollout_source(config, train)

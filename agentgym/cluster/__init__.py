@@ -18,7 +18,14 @@ from agentgym.cluster.handles import (
     WorkerHandle,
     call_all,
 )
-from agentgym.cluster.placement import PlacementPlan, Slot, WorkerPlacement, plan_placement
+from agentgym.cluster.placement import (
+    PlacementPlan,
+    Slot,
+    WorkerPlacement,
+    WorkerSpec,
+    device_type,
+    plan_placement,
+)
 from agentgym.errors import ConfigError, check_choice
 
 __all__ = [
@@ -33,7 +40,9 @@ __all__ = [
     "WorkerError",
     "WorkerHandle",
     "WorkerPlacement",
+    "WorkerSpec",
     "call_all",
+    "device_type",
     "plan_placement",
     "start_cluster",
 ]
@@ -53,30 +62,8 @@ class Cluster(Protocol):
     kind: str
     num_nodes: int
 
-    def spawn(
-        self,
-        cls: type,
-        *args: Any,
-        name: str,
-        node: int,
-        visible_devices: str | None = None,
-        gpu: bool = False,
-        concurrency: int = 1,
-        restarts: int = 0,
-        **kwargs: Any,
-    ) -> WorkerHandle:
-        """Start ``cls(*args, **kwargs)`` on ``node`` and return its handle.
-
-        Args:
-            cls: The worker class.
-            name: The worker's name in messages (``env_worker[2]``).
-            node: The node rank.
-            visible_devices: The worker's device slots on its node (its
-                ``CUDA_VISIBLE_DEVICES`` names those of the node's own GPUs).
-            gpu: Whether the worker uses GPUs.
-            concurrency: Calls served at once.
-            restarts: Restarts after the worker's process dies (-1: always; Ray only).
-        """
+    def spawn(self, spec: WorkerSpec, cls: type, *args: Any, **kwargs: Any) -> WorkerHandle:
+        """Start ``cls(*args, **kwargs)`` as ``spec`` says and return its handle."""
         ...
 
     def node_address(self, node: int) -> str:
@@ -107,23 +94,14 @@ class LocalCluster:
         self.rpc_timeout = rpc_timeout
         self.handles: list[LocalHandle] = []
 
-    def spawn(
-        self,
-        cls: type,
-        *args: Any,
-        name: str,
-        node: int = 0,
-        visible_devices: str | None = None,
-        gpu: bool = False,
-        concurrency: int = 1,
-        restarts: int = 0,
-        **kwargs: Any,
-    ) -> LocalHandle:
-        """Build ``cls(*args, **kwargs)`` here (``visible_devices``, ``restarts`` do not apply)."""
-        if node != 0:
-            raise ValueError(f"{name}: a local cluster has one node (0), not node {node}")
+    def spawn(self, spec: WorkerSpec, cls: type, *args: Any, **kwargs: Any) -> LocalHandle:
+        """Build ``cls(*args, **kwargs)`` here (``spec.visible_devices`` and
+        ``spec.restarts`` do not apply)."""
+        if spec.node != 0:
+            raise ValueError(f"{spec.name}: a local cluster has one node (0), not node {spec.node}")
+        worker = cls(*args, **kwargs)
         handle = LocalHandle(
-            cls(*args, **kwargs), name=name, rpc_timeout=self.rpc_timeout, concurrency=concurrency
+            worker, name=spec.name, rpc_timeout=self.rpc_timeout, concurrency=spec.concurrency
         )
         self.handles.append(handle)
         return handle

@@ -18,8 +18,46 @@ from dataclasses import dataclass
 
 from agentgym.errors import ConfigError
 
+
+def device_type(device: str) -> str:
+    """``cuda`` or ``cpu``: the type of the torch device ``model.device`` names.
+
+    Raises:
+        ConfigError: Naming a value torch does not read as a device.
+    """
+    import torch  # only where a device is named: the schema's import stays without torch
+
+    try:
+        return torch.device(device).type
+    except RuntimeError as error:
+        raise ConfigError(f"model.device={device!r} is not a torch device: {error}") from None
+
+
 DEVICE_ROLES = ("actor_train", "actor_infer", "reference", "critic")
 """Roles that take devices through ``device_mapping``."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How :meth:`~agentgym.cluster.Cluster.spawn` runs one worker.
+
+    Attributes:
+        name: The worker's name in messages (``env_worker[2]``).
+        node: The node rank.
+        visible_devices: The worker's device slots on its node, comma-separated (its
+            ``CUDA_VISIBLE_DEVICES`` names those of the node's own GPUs:
+            :func:`~agentgym.cluster.ray_cluster.physical_devices`); None: not set.
+        gpu: Whether the worker uses GPUs (Ray: a GPU share).
+        concurrency: Calls served at once (threads, or asyncio tasks).
+        restarts: Restarts after the worker's process dies (-1: always; Ray only).
+    """
+
+    name: str
+    node: int = 0
+    visible_devices: str | None = None
+    gpu: bool = False
+    concurrency: int = 1
+    restarts: int = 0
 
 
 @dataclass(frozen=True)
@@ -58,6 +96,11 @@ class WorkerPlacement:
         ``CUDA_VISIBLE_DEVICES`` names those of the node's own GPUs:
         :func:`~agentgym.cluster.ray_cluster.physical_devices`)."""
         return ",".join(str(slot.device) for slot in self.slots)
+
+    def spec(self) -> WorkerSpec:
+        """How to spawn the worker: named ``role[rank]``, on its node and devices (GPUs only)."""
+        devices = self.visible_devices if self.gpu else None
+        return WorkerSpec(f"{self.role}[{self.rank}]", self.node, devices, self.gpu)
 
 
 @dataclass(frozen=True)

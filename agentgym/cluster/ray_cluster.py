@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentgym.cluster.handles import RpcTimeoutError, WorkerDiedError, WorkerError
+from agentgym.cluster.placement import WorkerSpec
 from agentgym.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -259,52 +260,31 @@ class RayCluster:
             bundle_label_selector=[{"ray.io/node-id": node["NodeID"]}],
         )
 
-    def spawn(
-        self,
-        cls: type,
-        *args: Any,
-        name: str,
-        node: int,
-        visible_devices: str | None = None,
-        gpu: bool = False,
-        concurrency: int = 1,
-        restarts: int = 0,
-        **kwargs: Any,
-    ) -> RayHandle:
-        """Start ``cls(*args, **kwargs)`` as an actor on ``node``.
-
-        Args:
-            cls: The worker class (an ordinary class; async methods make an async actor).
-            name: The worker's name in messages.
-            node: The node rank (index into the ranked nodes).
-            visible_devices: The actor's devices on the node, as slots (``0,1``): its
-                ``CUDA_VISIBLE_DEVICES`` names those of the node's own GPUs
-                (:func:`physical_devices`).
-            gpu: Request a GPU share (the actor sees the GPUs ``visible_devices`` names).
-            concurrency: Calls the actor serves at once (threads, or asyncio tasks).
-            restarts: Times Ray restarts the actor after its process dies (-1: always).
+    def spawn(self, spec: WorkerSpec, cls: type, *args: Any, **kwargs: Any) -> RayHandle:
+        """Start ``cls(*args, **kwargs)`` as an actor on node ``spec.node`` (an index into
+        the ranked nodes). ``cls`` is an ordinary class; async methods make an async actor.
         """
         ray = _import_ray()
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         env_vars = dict(self.env_vars)
-        if visible_devices is not None:
-            node_list = self.node_devices(node)
-            env_vars["CUDA_VISIBLE_DEVICES"] = physical_devices(visible_devices, node_list)
+        if spec.visible_devices is not None:
+            node_list = self.node_devices(spec.node)
+            env_vars["CUDA_VISIBLE_DEVICES"] = physical_devices(spec.visible_devices, node_list)
             env_vars["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
         options: dict[str, Any] = {
             "num_cpus": ACTOR_CPUS,
-            "num_gpus": ACTOR_CPUS if gpu else 0,
-            "max_concurrency": concurrency,
-            "max_restarts": restarts,
+            "num_gpus": ACTOR_CPUS if spec.gpu else 0,
+            "max_concurrency": spec.concurrency,
+            "max_restarts": spec.restarts,
             "max_task_retries": 0,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(
-                self.placement_groups[node], placement_group_bundle_index=0
+                self.placement_groups[spec.node], placement_group_bundle_index=0
             ),
             "runtime_env": {"env_vars": env_vars},
         }
         actor = ray.remote(cls).options(**options).remote(*args, **kwargs)
-        handle = RayHandle(actor, name=name, node=node, rpc_timeout=self.rpc_timeout)
+        handle = RayHandle(actor, name=spec.name, node=spec.node, rpc_timeout=self.rpc_timeout)
         self.handles.append(handle)
         return handle
 

@@ -348,13 +348,7 @@ def _turns(data: dict[str, Any], limits: dict[str, int], notes: list[str]) -> No
     """A ``custom_envs`` entry's ``max_steps`` is how many turns ROLL's env manager
     plays before it truncates the episode (its ``env_config.max_steps`` is the env's
     own limit): our ``max_turns``, one for the run, so the largest when tags differ."""
-    if not limits or "max_turns" in data:
-        return
-    data["max_turns"] = max(limits.values())
-    note = f"custom_envs.*.max_steps → max_turns={data['max_turns']}"
-    if len(set(limits.values())) > 1:
-        note += f" (the tags' limits differ, {limits}: one run has one turn limit, the largest)"
-    notes.append(note)
+    _largest(data, "max_turns", "custom_envs.*.max_steps", limits, notes, what="turn limit")
 
 
 def _helpers(data: dict[str, Any], helpers: Collection[str], notes: list[str]) -> None:
@@ -374,10 +368,23 @@ def _history(data: dict[str, Any], histories: dict[str, int], notes: list[str]) 
     """A ``custom_envs`` entry's ``history_length`` (the past turns ROLL's step env
     manager shows in each prompt) is our ``history_length``: one for the run, the
     largest when tags differ."""
-    if not histories or "history_length" in data:
+    key = "history_length"
+    _largest(data, key, f"custom_envs.*.{key}", histories, notes, what="history length")
+
+
+def _largest(
+    data: dict[str, Any],
+    key: str,
+    source: str,
+    per_tag: dict[str, int],
+    notes: list[str],
+    what: str,
+) -> None:
+    """Set ``data[key]`` (unless given) to the largest of the tags' values, with a note."""
+    if not per_tag or key in data:
         return
-    data["history_length"] = max(histories.values())
-    note = f"custom_envs.*.history_length → history_length={data['history_length']}"
-    if len(set(histories.values())) > 1:
-        note += f" (the tags' values differ, {histories}: one run has one, the largest)"
+    data[key] = max(per_tag.values())
+    note = f"{source} → {key}={data[key]}"
+    if len(set(per_tag.values())) > 1:
+        note += f" (the tags' values differ, {per_tag}: one run has one {what}, the largest)"
     notes.append(note)

@@ -36,7 +36,9 @@ any other: :func:`from_trinity`. Every key means what it means in Trinity
 
 A key with no meaning here is an error that names it (with the close match for a
 misspelling); nothing is ignored silently. Fitting to this machine is a separate,
-listed step (:func:`fit_trinity`), as for ROLL's files.
+listed step (:func:`fit_trinity`), as for ROLL's files. The keys read are listed in
+:mod:`agentgym.formats.trinity_keys`; the ``algorithm`` section's tables are in
+:mod:`agentgym.formats.trinity_algorithm`.
 """
 
 from __future__ import annotations
@@ -47,129 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentgym.errors import ConfigError, did_you_mean
+from agentgym.errors import ConfigError
 from agentgym.formats.fit import Change, Fitting, Machine
+from agentgym.formats.trinity_algorithm import algorithm_values
+from agentgym.formats.trinity_keys import ENGINE_OPTIONS, KEYS, TRAINER_TYPES, check_keys
 from agentgym.formats.trinity_tasksets import eval_taskset_values, taskset_values
-
-ALGORITHMS = ("grpo", "opmd")
-"""Trinity's ``algorithm_type`` values built here."""
-
-UNBUILT_ALGORITHMS = {
-    "ppo": "Trinity's ppo (a critic, GAE): use agentgym's adv_estimator=gae",
-    "sft": "supervised fine-tuning is not a Trinity algorithm agentgym runs",
-    "dpo": "DPO (preference pairs) is not built",
-    "mix": "MIX (expert data mixed into RL) is not built",
-    "mix_chord": "MIX-CHORD is not built",
-    "raft": "RAFT is not built",
-    "asymre": "AsymRE is not built",
-}
-"""Trinity's other algorithm types, each with why it does not run here."""
-
-TRINITY_GRPO = {
-    "clip_ratio_low": 0.2,
-    "clip_ratio_high": 0.2,
-    "loss_agg_mode": "token-mean",
-    "use_kl_loss": True,
-    "kl_penalty": "mse",  # k2: 0.5 (log p - log p_ref)^2
-    "kl_loss_coef": 0.001,
-    "entropy_loss_coef": 0.0,
-    "drop_zero_variance_groups": False,
-    "reward_normalization.method": "mean_std",
-    "reward_normalization.grouping": "state",
-    "adv_estimator": "grpo",
-    "pg_variant": "ppo",
-}
-"""Trinity's defaults for ``algorithm_type: grpo`` (its ``GRPOAlgorithm.default_config``:
-``policy_loss_fn: ppo`` (clip 0.2, token-mean), ``kl_loss_fn: k2`` (``kl_coef``
-0.001), ``entropy_loss_fn: default``, the group advantage, groups of equal reward
-kept with advantage 0), in agentgym's keys."""
-
-TRINITY_DEFAULTS: dict[str, dict[str, Any]] = {
-    "grpo": TRINITY_GRPO,
-    # OPMDAlgorithm.default_config: the opmd advantage (score minus the group's
-    # baseline) and loss (no ratio, no clip), a k2 KL loss
-    "opmd": TRINITY_GRPO
-    | {"adv_estimator": "opmd", "pg_variant": "opmd", "reward_normalization.method": "identity"},
-}
-"""Each built ``algorithm_type``'s Trinity defaults, in agentgym's keys."""
-
-POLICY_LOSSES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
-    "ppo": (
-        {"pg_variant": "ppo"},
-        {"clip_range_low": "clip_ratio_low", "clip_range_high": "clip_ratio_high",
-         "loss_agg_mode": "loss_agg_mode"},
-    ),
-    "opmd": ({"pg_variant": "opmd"}, {"tau": "opmd_tau", "loss_agg_mode": "loss_agg_mode"}),
-    "topr": (
-        {"pg_variant": "topr", "topr_advantage_threshold": 0.0,
-         "topr_positive_weight": 1.0, "topr_negative_weight": 1.0},
-        {"advantage_threshold": "topr_advantage_threshold", "loss_agg_mode": "loss_agg_mode"},
-    ),
-    "cispo": (
-        {"pg_variant": "cispo", "cispo_epsilon_low": 1.0, "cispo_epsilon_high": 0.28},
-        {"clip_range_low": "cispo_epsilon_low", "clip_range_high": "cispo_epsilon_high",
-         "enable_mask_clip": "cispo_use_unified_mask", "loss_agg_mode": "loss_agg_mode"},
-    ),
-}  # fmt: skip
-"""Trinity's ``policy_loss_fn`` → (agentgym's keys with Trinity's defaults for it, its
-``policy_loss_fn_args`` → agentgym's keys; ``clip_range`` sets both clip bounds)."""
-
-ADVANTAGE_ARGS = {"opmd_baseline": "opmd_baseline", "tau": "opmd_baseline_tau"}
-"""OPMD's ``advantage_fn_args`` → agentgym's keys."""
-
-KL_LOSSES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl", "low_var_kl": "low_var_kl", "abs": "abs"}
-"""Trinity's ``kl_loss_fn`` → ``kl_penalty`` (``none``: no KL loss). Trinity's k3 is not
-clamped; ``low_var_kl`` clamps at ±10 (verl's)."""
-
-TASKSET_KEYS = (
-    "name", "storage_type", "path", "subset_name", "split", "format", "rollout_args",
-    "default_workflow_type",
-)  # fmt: skip
-"""A task set's keys (Trinity's ``StorageConfig``) read here."""
-
-ENGINE_OPTIONS = ("enable_prefix_caching", "gpu_memory_utilization", "enforce_eager")
-"""``explorer.rollout_model``'s vLLM engine arguments, passed on as ROLL's
-``actor_infer.strategy_args.strategy_config`` (the engine's vLLM arguments)."""
-
-TRAINER_TYPES = ("verl",)
-"""Trinity's ``trainer.trainer_type`` values: verl's FSDP trainer, whose role the
-strategy (``actor_train.strategy_args``) plays here."""
-
-KEYS: dict[str, tuple[str, ...]] = {
-    "": (
-        "project", "name", "mode", "checkpoint_root_dir", "algorithm", "model",
-        "cluster", "buffer", "explorer", "synchronizer", "trainer",
-    ),
-    "algorithm": (
-        "algorithm_type", "repeat_times", "optimizer", "policy_loss_fn", "policy_loss_fn_args",
-        "advantage_fn_args", "kl_loss_fn", "kl_loss_fn_args",
-    ),
-    "algorithm.kl_loss_fn_args": ("kl_coef",),
-    "algorithm.optimizer": ("lr",),
-    "model": ("model_path", "max_model_len", "max_response_tokens", "max_prompt_tokens"),
-    "cluster": ("node_num", "gpu_per_node"),
-    "buffer": ("total_epochs", "batch_size", "train_batch_size", "explorer_input", "trainer_input"),
-    "buffer.explorer_input": ("taskset", "eval_tasksets", "default_workflow_type"),
-    "buffer.explorer_input.taskset": TASKSET_KEYS,
-    "buffer.explorer_input.taskset.rollout_args": ("temperature",),
-    "buffer.explorer_input.eval_tasksets": (*TASKSET_KEYS, "repeat_times"),
-    "buffer.explorer_input.eval_tasksets.rollout_args": ("temperature",),
-    "buffer.trainer_input": ("experience_buffer",),
-    "buffer.trainer_input.experience_buffer": ("name", "storage_type", "path"),
-    "explorer": (
-        "name", "runner_per_model", "rollout_model", "bench_on_latest_checkpoint",
-        "eval_interval", "eval_on_startup",
-    ),
-    "explorer.rollout_model": (
-        "engine_num", "tensor_parallel_size", *ENGINE_OPTIONS, "dtype", "seed",
-    ),
-    "synchronizer": ("sync_method", "sync_interval", "sync_offset", "sync_style", "sync_timeout"),
-    "trainer": (
-        "grad_clip", "use_dynamic_bsz", "max_token_len_per_gpu", "ulysses_sequence_parallel_size",
-        "save_interval", "trainer_type",
-    ),
-}  # fmt: skip
-"""Every Trinity key read here, by section; any other is an error naming it."""
 
 
 def is_trinity_config(raw: Mapping[str, Any]) -> bool:
@@ -232,22 +116,14 @@ def from_trinity(
             an algorithm type or workflow not built, a batch that does not divide
             into groups, or a task set that cannot be read.
     """
-    _check_keys(raw, "")
+    check_keys(raw, "")
     values: dict[str, Any] = {}
     notes: list[str] = []
     for key in ("project", "name", "mode", "checkpoint_root_dir"):
         if key in raw:
             values[key] = raw[key]
     algorithm = raw.get("algorithm") or {}
-    kind = algorithm.get("algorithm_type", "grpo")
-    if kind in UNBUILT_ALGORITHMS:
-        raise ConfigError(f"algorithm.algorithm_type={kind!r}: {UNBUILT_ALGORITHMS[kind]}")
-    if kind not in ALGORITHMS:
-        raise ConfigError(
-            f"algorithm.algorithm_type={kind!r} is not one of {[*ALGORITHMS, *UNBUILT_ALGORITHMS]}"
-        )
-    values |= TRINITY_DEFAULTS[kind]
-    _algorithm_args(algorithm, values)
+    values |= algorithm_values(algorithm)
     repeat = int(algorithm.get("repeat_times", 2))  # Trinity's GRPO and OPMD default
     if "lr" in (algorithm.get("optimizer") or {}):
         values["actor_train.training_args.learning_rate"] = algorithm["optimizer"]["lr"]
@@ -362,53 +238,6 @@ def from_trinity(
     return Translation([_override(key, value) for key, value in values.items()], notes, changes)
 
 
-def _algorithm_args(algorithm: Mapping[str, Any], values: dict[str, Any]) -> None:
-    """``policy_loss_fn`` and its args, OPMD's ``advantage_fn_args``, ``kl_loss_fn`` and
-    its ``kl_coef``, as agentgym's keys (into ``values``)."""
-    loss = algorithm.get("policy_loss_fn")
-    if loss is not None:
-        if loss not in POLICY_LOSSES:
-            raise ConfigError(
-                f"algorithm.policy_loss_fn={loss!r} is not built; built: {sorted(POLICY_LOSSES)}."
-                f"{did_you_mean(loss, POLICY_LOSSES)}"
-            )
-        values |= POLICY_LOSSES[loss][0]
-    names = POLICY_LOSSES[loss or values["pg_variant"]][1]
-    for key, value in (algorithm.get("policy_loss_fn_args") or {}).items():
-        if key == "clip_range" and values["pg_variant"] == "ppo":
-            values["clip_ratio_low"] = values["clip_ratio_high"] = value
-        elif key in ("mask_clip_range_low", "mask_clip_range_high") and loss == "cispo":
-            bound = "cispo_epsilon_low" if key.endswith("low") else "cispo_epsilon_high"
-            if value != values.get(bound):
-                raise ConfigError(
-                    f"algorithm.policy_loss_fn_args.{key}={value}: CISPO's mask uses the "
-                    f"clip range here ({bound}={values.get(bound)}); give them equal"
-                )
-        elif key in names:
-            values[names[key]] = value
-        else:
-            raise ConfigError(
-                f"algorithm.policy_loss_fn_args.{key} is not read for policy_loss_fn="
-                f"{loss or values['pg_variant']}; read: {sorted(names)}.{did_you_mean(key, names)}"
-            )
-    for key, value in (algorithm.get("advantage_fn_args") or {}).items():
-        if values["adv_estimator"] != "opmd" or key not in ADVANTAGE_ARGS:
-            raise ConfigError(
-                f"algorithm.advantage_fn_args.{key} is not read here (read: OPMD's "
-                f"{sorted(ADVANTAGE_ARGS)})"
-            )
-        values[ADVANTAGE_ARGS[key]] = value
-    kl = algorithm.get("kl_loss_fn")
-    if kl == "none":
-        values["use_kl_loss"] = False
-    elif kl is not None:
-        if kl not in KL_LOSSES:
-            raise ConfigError(f"algorithm.kl_loss_fn={kl!r} is not one of {sorted(KL_LOSSES)}")
-        values["kl_penalty"] = KL_LOSSES[kl]
-    if "kl_coef" in (algorithm.get("kl_loss_fn_args") or {}):
-        values["kl_loss_coef"] = algorithm["kl_loss_fn_args"]["kl_coef"]
-
-
 def fit_trinity(values: dict[str, Any], machine: Machine) -> list[Change]:
     """Fit the translated ``values`` to ``machine``: on a CPU machine one process (no
     GPU placement); without a Ray cluster to share (``RAY_ADDRESS``), the queue buffer
@@ -446,28 +275,6 @@ def fit_trinity(values: dict[str, Any], machine: Machine) -> list[Change]:
         if values.get("synchronizer.sync_method") == "memory":
             change("synchronizer.sync_method", "checkpoint", why)
     return changes
-
-
-def _check_keys(raw: Mapping[str, Any], section: str, shown: str | None = None) -> None:
-    """Every key of ``raw`` (the file's ``section``, written ``shown`` in errors) is
-    one of :data:`KEYS`; a task set's ``format`` is checked when the task set is read."""
-    known = KEYS[section]
-    shown = section if shown is None else shown
-    for key, value in raw.items():
-        path = f"{section}.{key}" if section else key
-        where = f"{shown}.{key}" if shown else key
-        if key not in known:
-            raise ConfigError(
-                f"Trinity key {where!r} has no counterpart here.{did_you_mean(key, known)} "
-                f"(read: {', '.join(known)})"
-            )
-        if path in KEYS and isinstance(value, Mapping):
-            _check_keys(value, path, where)
-        elif path in KEYS and isinstance(value, list):  # eval_tasksets: a list of task sets
-            for index, item in enumerate(value):
-                if not isinstance(item, Mapping):
-                    raise ConfigError(f"Trinity's {where}[{index}] must be a mapping, got {item!r}")
-                _check_keys(item, path, f"{where}[{index}]")
 
 
 def _override(key: str, value: Any) -> str:

@@ -18,7 +18,6 @@ import copy
 import os
 from typing import Any
 
-from agentgym.derived import colocated, data_parallel_size
 from agentgym.errors import ConfigError
 from agentgym.plan.search import Devices, Plan, Workload, search
 from agentgym.plan.shapes import load_shape
@@ -87,7 +86,7 @@ def planned(resolved: dict[str, Any]) -> tuple[dict[str, Any], list[Plan]]:
             f"actor_train.strategy_args.strategy_config=auto plans Megatron layouts; the "
             f"strategy is {name!r}: set strategy=megatron (strategy_name megatron_train)"
         )
-    ranks = data_parallel_size(config)  # no model parallelism yet: every rank a replica
+    ranks = config.data_parallel["actor_train"]  # no model parallelism yet: every rank a replica
     args = config.actor_train.training_args
     mini_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * ranks
     shape = load_shape(str(model_path(config)))
@@ -98,7 +97,7 @@ def planned(resolved: dict[str, Any]) -> tuple[dict[str, Any], list[Plan]]:
         rollout_batch_size=config.rollout_batch_size,
         mini_batch_size=mini_batch,
         dtype=config.actor_train.model_args.dtype,
-        colocated=colocated(config),
+        colocated=config.colocated,
         infer_tp=config.actor_infer.num_gpus_per_worker,
     )
     plans = search(shape, devices, work)

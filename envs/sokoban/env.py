@@ -46,16 +46,15 @@ class SokobanEnv(TextEnv):
             in place of the default symbol line (default: this env's own words
             for ``grid_lookup``'s symbols).
         **kwargs: :class:`TextEnv` options (``response_format``,
-            ``max_actions_per_turn``, ``format_penalty``, ``render_mode``).
+            ``max_actions_per_turn``, ``format_penalty``, ``render_mode``: also
+            ``rgb_array``, a picture of the room).
     """
 
     generator_version: ClassVar[int | None] = 1
-    """Raised whenever the same seed would give a different task."""
     inline_calls: ClassVar[bool] = True
     """A small room, made and stepped in pure Python: well under a millisecond a call."""
 
     action_names: ClassVar[tuple[str, ...]] = ACTIONS
-    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
 
     def __init__(
         self,

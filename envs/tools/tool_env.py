@@ -8,13 +8,14 @@ question, the tools that help with it, and the score of an answer.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, ClassVar
 
 from agentgym.envs.parsing import ParsedResponse
 from agentgym.envs.text_env import TextEnv, TurnResult
 from agentgym.envs.tools.toolbox import MAX_CALLS_PER_TURN, MAX_RESULT_CHARS, ToolBox
 from agentgym.envs.tools.tools import Tool
+from agentgym.errors import check_choice
 
 
 class ToolEnv(TextEnv):
@@ -136,3 +137,22 @@ class ToolEnv(TextEnv):
 
     def _info(self) -> dict[str, Any]:
         return self.toolbox.info()
+
+
+def task_kinds(key: str, chosen: Sequence[str] | None, kinds: Collection[str]) -> list[str]:
+    """The task kinds an env draws from: ``chosen``, or all of ``kinds`` when None.
+
+    Args:
+        key: The env option that chose them (``problems``, ``questions``, ...).
+        chosen: The kinds asked for, or None for all.
+        kinds: Every kind the env has.
+
+    Raises:
+        ValueError: If a chosen kind is unknown (with a close match) or none is chosen.
+    """
+    picked = list(chosen) if chosen is not None else list(kinds)
+    for kind in picked:
+        check_choice(key, kind, kinds)
+    if not picked:
+        raise ValueError(f"{key} must name at least one of {list(kinds)}")
+    return picked

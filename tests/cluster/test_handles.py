@@ -15,6 +15,7 @@ from agentgym.cluster import (
     LocalCluster,
     RpcTimeoutError,
     WorkerDiedError,
+    WorkerSpec,
     start_cluster,
 )
 from tests.faults import kill_actor_process
@@ -61,13 +62,13 @@ def ray_cluster() -> Iterator[Cluster]:
 def test_an_actor_runs_in_its_own_process_with_system_envs_and_devices(
     ray_cluster: Cluster,
 ) -> None:
-    handle = ray_cluster.spawn(Probe, 7, name="probe[0]", node=0, visible_devices="1,3")
+    handle = ray_cluster.spawn(WorkerSpec("probe[0]", 0, visible_devices="1,3"), Probe, 7)
     value, pid, probe = handle.call_sync("read", "AGENTGYM_PROBE")
     assert (value, probe) == (7, "from system_envs")
     assert pid != os.getpid()
     # slots 1 and 3 of the node's own GPUs (4, 5, 6, 7), not physical GPUs 1 and 3
     assert handle.call_sync("read", "CUDA_VISIBLE_DEVICES")[2] == "5,7"
-    plain = ray_cluster.spawn(Probe, 7, name="probe[1]", node=0)
+    plain = ray_cluster.spawn(WorkerSpec("probe[1]", 0), Probe, 7)
     assert plain.call_sync("read", "CUDA_VISIBLE_DEVICES")[2] == NODE_GPUS  # untouched
 
 
@@ -83,7 +84,7 @@ def test_device_slots_map_through_the_nodes_own_list() -> None:
 
 @pytest.mark.ray
 def test_errors_keep_their_type_and_timeouts_name_the_worker(ray_cluster: Cluster) -> None:
-    handle = ray_cluster.spawn(Probe, 1, name="actor_infer[2]", node=0, concurrency=2)
+    handle = ray_cluster.spawn(WorkerSpec("actor_infer[2]", 0, concurrency=2), Probe, 1)
     with pytest.raises(KeyError, match="no such key"):
         handle.call_sync("fail")
     with pytest.raises(RpcTimeoutError, match=r"actor_infer\[2\]\.sleep did not answer within"):
@@ -93,7 +94,7 @@ def test_errors_keep_their_type_and_timeouts_name_the_worker(ray_cluster: Cluste
 
 @pytest.mark.ray
 def test_a_killed_actor_gives_a_named_error(ray_cluster: Cluster) -> None:
-    handle = ray_cluster.spawn(Probe, 1, name="actor_train[1]", node=0)
+    handle = ray_cluster.spawn(WorkerSpec("actor_train[1]", 0), Probe, 1)
     kill_actor_process(handle)
     with pytest.raises(WorkerDiedError, match=r"actor_train\[1\]\.read: the worker died"):
         handle.call_sync("read", "X")
@@ -101,11 +102,11 @@ def test_a_killed_actor_gives_a_named_error(ray_cluster: Cluster) -> None:
 
 def test_a_local_handle_runs_the_same_class_here() -> None:
     cluster = LocalCluster(rpc_timeout=1)
-    handle = cluster.spawn(Probe, 5, name="probe[0]")
+    handle = cluster.spawn(WorkerSpec("probe[0]"), Probe, 5)
     assert handle.call_sync("read", "HOME")[:2] == (5, os.getpid())
     with pytest.raises(RpcTimeoutError, match=r"probe\[0\]\.sleep did not answer within"):
         asyncio.run(handle.call("sleep", 3))
     assert asyncio.run(handle.call("twice", 2)) == 4
     with pytest.raises(ValueError, match="a local cluster has one node"):
-        cluster.spawn(Probe, 1, name="far", node=1)
+        cluster.spawn(WorkerSpec("far", 1), Probe, 1)
     cluster.shutdown()

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import torch
 
-from agentgym.derived import staleness_versions
 from agentgym.errors import ConfigError
 from agentgym.job.buffer import ExperienceBuffer
 from agentgym.job.buffer_source import BufferSource
@@ -80,11 +79,11 @@ def test_trinity_names_and_the_implied_bound() -> None:
     )
     assert config.synchronizer.sync_style == "explorer_driven"
     assert config.synchronizer.sync_method == "checkpoint"
-    assert staleness_versions(config) == 0  # Trinity's defaults: each version waited for
+    assert config.staleness_versions == 0  # Trinity's defaults: each version waited for
     spaced = composed("mode=train", "synchronizer.sync_interval=3", "synchronizer.sync_offset=1")
-    assert staleness_versions(validate(spaced)) == 3
+    assert validate(spaced).staleness_versions == 3
     ratio = composed("mode=train", "synchronizer.sync_interval=3", "async_generation_ratio=2")
-    assert staleness_versions(validate(ratio)) == 2
+    assert validate(ratio).staleness_versions == 2
     with pytest.raises(ConfigError, match="sync_style"):
         validate(composed("synchronizer.sync_style=sometimes"))
 

@@ -24,6 +24,7 @@ from agentgym.cluster import (
     LocalHandle,
     WorkerDiedError,
     WorkerHandle,
+    WorkerSpec,
     start_cluster,
 )
 from agentgym.rollout.backends.base import SamplingParams
@@ -228,21 +229,12 @@ class SpreadRecorder(LocalCluster):
         super().__init__()
         self.spawned: list[tuple[str, int, int, int, int]] = []
 
-    def spawn(
-        self,
-        cls: type,
-        *args: Any,
-        name: str,
-        node: int = 0,
-        visible_devices: str | None = None,
-        gpu: bool = False,
-        concurrency: int = 1,
-        restarts: int = 0,
-        **kwargs: Any,
-    ) -> LocalHandle:
+    def spawn(self, spec: WorkerSpec, cls: type, *args: Any, **kwargs: Any) -> LocalHandle:
         worker = cls(*args, **kwargs)
-        self.spawned.append((name, node, concurrency, restarts, len(worker.envs)))
-        handle = LocalHandle(worker, name=name, concurrency=concurrency)
+        self.spawned.append(
+            (spec.name, spec.node, spec.concurrency, spec.restarts, len(worker.envs))
+        )
+        handle = LocalHandle(worker, name=spec.name, concurrency=spec.concurrency)
         self.handles.append(handle)
         return handle
 

@@ -10,15 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.testing import assert_close
 
+from agentgym.choices import GROUPINGS, NORMALIZATIONS
 from agentgym.trainers.advantages import (
     ADVANTAGE_ESTIMATORS,
-    GROUPINGS,
-    NORMALIZATIONS,
     compute_advantages,
     last_token_rewards,
-    normalize_rewards,
     register_estimator,
 )
+from agentgym.trainers.normalization import normalize_rewards
 
 EPS = 1e-6
 

@@ -11,7 +11,6 @@ import torch
 
 from agentgym.builders.recipe import default_grpo_config
 from agentgym.cluster import Cluster, plan_placement, start_cluster
-from agentgym.derived import placement_plan
 from agentgym.schema import validate
 from agentgym.trainers.ranks import CriticGroup, start_rank_group
 from agentgym.trainers.strategies import Critic
@@ -99,8 +98,8 @@ def test_dp2_critic_on_ray_equals_one_process(tiny_model_dir: Path) -> None:
 
 def test_the_critic_takes_actor_trains_devices_unless_its_mapping_says() -> None:
     ray = ("adv_estimator=gae", "distributed=ray", "++actor_train.device_mapping=[0,1]")
-    plan = placement_plan(validate(composed(*ray)))
+    plan = validate(composed(*ray)).placement
     assert [w.slots[0].device for w in plan.workers["critic"]] == [0, 1]
-    plan = placement_plan(validate(composed(*ray, "++critic.device_mapping=[2]")))
+    plan = validate(composed(*ray, "++critic.device_mapping=[2]")).placement
     assert [w.slots[0].device for w in plan.workers["critic"]] == [2]
-    assert "critic" not in placement_plan(validate(composed("distributed=ray"))).workers
+    assert "critic" not in validate(composed("distributed=ray")).placement.workers

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from agentgym.trainers.advantages import anchor_state_advantages
+from agentgym.trainers.normalization import anchor_state_advantages
 from agentgym.trajectory import RolloutBatch, Trajectory, Turn
 
 

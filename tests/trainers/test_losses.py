@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
 
-from agentgym.trainers.advantages import compute_advantages, normalize_rewards
+from agentgym.trainers.advantages import compute_advantages
 from agentgym.trainers.losses import (
     KL_PENALTIES,
     LOSS_AGG_MODES,
@@ -22,6 +22,7 @@ from agentgym.trainers.losses import (
     policy_loss,
     truncated_is_weights,
 )
+from agentgym.trainers.normalization import normalize_rewards
 from agentgym.trajectory import RolloutBatch, Trajectory, Turn
 
 NAN, INF = float("nan"), float("inf")

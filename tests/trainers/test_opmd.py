@@ -17,9 +17,10 @@ from torch.testing import assert_close
 from agentgym.builders.recipe import default_grpo_config
 from agentgym.errors import ConfigError
 from agentgym.schema import TrainConfig, validate
-from agentgym.trainers.advantages import compute_advantages, opmd_advantages
+from agentgym.trainers.advantages import compute_advantages
 from agentgym.trainers.batch_prep import prepare_batch
 from agentgym.trainers.grpo import TrainParts
+from agentgym.trainers.normalization import opmd_advantages
 from agentgym.trainers.pg_variants import PG_VARIANTS
 from agentgym.trajectory import Trajectory, Turn
 

@@ -13,16 +13,15 @@ from typing import Any
 
 import pytest
 
-from agentgym.console import StepTimer, format_duration
+from agentgym.console import StepTimer, format_duration, format_line
 from agentgym.progress import progress
+from agentgym.trainers.local_trackers import StdoutTracker
 from agentgym.trainers.tracking import (
     CONSOLE_LOG_FILE,
     METRICS_FILE,
     TRACKERS,
     CompositeTracker,
-    StdoutTracker,
     Tracker,
-    format_line,
     make_tracker,
 )
 

@@ -9,9 +9,8 @@ from agentgym.envs.text_env import require_reset
 from agentgym.envs.tools.math_tool.problems import GENERATORS, Problem
 from agentgym.envs.tools.protocol import format_call
 from agentgym.envs.tools.sandbox import PythonSandbox, SandboxLimits
-from agentgym.envs.tools.tool_env import ToolEnv
+from agentgym.envs.tools.tool_env import ToolEnv, task_kinds
 from agentgym.envs.tools.tools import Tool, ToolError
-from agentgym.errors import did_you_mean
 
 PYTHON_PARAMETERS = {
     "type": "object",
@@ -59,7 +58,6 @@ class MathToolEnv(ToolEnv):
     """
 
     generator_version: ClassVar[int | None] = 1
-    """Raised whenever the same seed would give a different task."""
     answer_format: ClassVar[str] = (
         "the final number only, e.g. <answer>42</answer> or <answer>12.50</answer>."
     )
@@ -83,16 +81,7 @@ class MathToolEnv(ToolEnv):
             "python", PYTHON_DESCRIPTION, PYTHON_PARAMETERS, self._run_python, concurrent=True
         )
         super().__init__([python], max_turns=max_turns, max_tool_calls=max_tool_calls, **kwargs)
-        kinds = list(problems) if problems is not None else list(GENERATORS)
-        for kind in kinds:
-            if kind not in GENERATORS:
-                hint = did_you_mean(kind, GENERATORS)
-                raise ValueError(
-                    f"Unknown problem kind {kind!r}.{hint} Valid kinds: {list(GENERATORS)}"
-                )
-        if not kinds:
-            raise ValueError(f"problems must name at least one of {list(GENERATORS)}")
-        self.problem_kinds = kinds
+        self.problem_kinds = task_kinds("problems", problems, GENERATORS)
         limits = SandboxLimits(
             cpu_seconds=cpu_seconds,
             wall_seconds=wall_seconds,

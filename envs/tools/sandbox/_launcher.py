@@ -79,14 +79,8 @@ class SetupError(Exception):
     """The sandbox could not be set up (reported to the parent, never to the code)."""
 
 
-_libc: Any = None
-
-
-def _c() -> Any:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    return _libc
+LIBC: Any = ctypes.CDLL(None, use_errno=True)
+"""The C library's calls that Python's ``os`` lacks (mount, unshare, prctl, ...)."""
 
 
 def _check(result: int, what: str) -> None:
@@ -97,7 +91,7 @@ def _check(result: int, what: str) -> None:
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
     _check(
-        _c().mount(
+        LIBC.mount(
             source.encode() if source else None,
             target.encode(),
             fstype.encode() if fstype else None,
@@ -108,25 +102,38 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     )
 
 
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
+def _enter_user_namespace(flags: int, inner: int, outer: tuple[int, int], what: str) -> None:
+    """Unshare a new user namespace (and ``flags``); map one user and one group into it:
+    ``inner`` inside is ``outer`` (uid, gid) outside."""
+    _check(LIBC.unshare(flags | CLONE_NEWUSER), what)
+    LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    uid, gid = outer
+    maps = {"setgroups": "deny", "uid_map": f"{inner} {uid} 1", "gid_map": f"{inner} {gid} 1"}
+    for name, line in maps.items():
+        fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
 
 
-def _map_ids(inner: int, outer_uid: int, outer_gid: int) -> None:
-    """Map one user and one group into the user namespace just entered."""
-    _c().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"{inner} {outer_uid} 1")
-    _write("/proc/self/gid_map", f"{inner} {outer_gid} 1")
+def _become_nobody() -> None:
+    """Leave root for user and group nobody (leaving uid 0 clears all capabilities)."""
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+
+
+def _exit_report(wait_status: int, usage: resource.struct_rusage) -> dict[str, Any]:
+    """How a waited-for process ended, and the CPU time it used."""
+    return {
+        "exit_code": os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else None,
+        "signal": os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
+    }
 
 
 # -- monitor --------------------------------------------------------------------
-
-
 def monitor(request: dict[str, Any]) -> dict[str, Any]:
     """Start the code, collect its output within the limits, and report how it ended.
 
@@ -138,9 +145,7 @@ def monitor(request: dict[str, Any]) -> dict[str, Any]:
         could not be set up, ``setup_error``.
     """
     isolate = bool(request["isolate"])
-    privileged = os.geteuid() == 0
-    if isolate:
-        privileged = enter_namespaces()
+    privileged = enter_namespaces() if isolate else os.geteuid() == 0
     out_r, out_w = os.pipe()
     status_r, status_w = os.pipe()
     started = time.monotonic()
@@ -161,12 +166,7 @@ def monitor(request: dict[str, Any]) -> dict[str, Any]:
     wall = time.monotonic() - started
     report = _read_all(status_r)
     os.close(out_r)
-    os.close(status_r)
-    result: dict[str, Any] = {
-        "exit_code": os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else None,
-        "signal": os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None,
-        "cpu_seconds": usage.ru_utime + usage.ru_stime,
-    }
+    result = _exit_report(wait_status, usage)
     if isolate:
         result["namespaces"] = "root" if privileged else "user"
     if report:  # init's account of the runner; absent when init was killed first
@@ -190,14 +190,10 @@ def enter_namespaces() -> bool:
     """
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
     if os.geteuid() == 0:
-        if _c().unshare(flags) == 0:
+        if LIBC.unshare(flags) == 0:
             return True
-        os.setgroups([])
-        os.setresgid(NOBODY, NOBODY, NOBODY)
-        os.setresuid(NOBODY, NOBODY, NOBODY)
-    uid, gid = os.getuid(), os.getgid()
-    _check(_c().unshare(flags | CLONE_NEWUSER), "unshare")
-    _map_ids(0, uid, gid)
+        _become_nobody()
+    _enter_user_namespace(flags, 0, (os.getuid(), os.getgid()), "unshare")
     return False
 
 
@@ -233,15 +229,15 @@ def _kill(pid: int, isolate: bool) -> None:
 
 
 def _read_all(fd: int) -> bytes:
+    """Read ``fd`` to its end, then close it."""
     chunks = []
     while chunk := os.read(fd, 1 << 16):
         chunks.append(chunk)
+    os.close(fd)
     return b"".join(chunks)
 
 
 # -- init -----------------------------------------------------------------------
-
-
 def _init(request: dict[str, Any], privileged: bool, out_w: int, status_w: int) -> None:
     """Confine, run the code in a child, reap orphans, report on ``status_w``; never returns."""
     report: dict[str, Any] = {}
@@ -260,7 +256,7 @@ def _init(request: dict[str, Any], privileged: bool, out_w: int, status_w: int) 
                 os.chown(cwd, NOBODY, NOBODY)
         drop_privileges(privileged, request["isolate"])
         if request["isolate"]:
-            _c().prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)  # after the last credential change
+            LIBC.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)  # after the last credential change
         report = _run_runner(request, out_w, cwd)
     except BaseException as exc:  # report a setup failure to the parent, never to the code
         report = {"setup_error": f"{type(exc).__name__}: {exc}"}
@@ -300,11 +296,7 @@ def _run_runner(request: dict[str, Any], out_w: int, cwd: str) -> dict[str, Any]
     while True:  # as pid 1, init also reaps the runner's orphans
         reaped, wait_status, usage = os.wait4(-1, 0)
         if reaped == pid:
-            return {
-                "exit_code": os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else None,
-                "signal": os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None,
-                "cpu_seconds": usage.ru_utime + usage.ru_stime,
-            }
+            return _exit_report(wait_status, usage)
 
 
 def build_root(request: dict[str, Any], privileged: bool) -> None:
@@ -344,10 +336,10 @@ def build_root(request: dict[str, Any], privileged: bool) -> None:
     number = _SYS_PIVOT_ROOT.get(os.uname().machine)
     if number is None:
         raise SetupError(f"pivot_root: unknown syscall number on {os.uname().machine}")
-    _check(_c().syscall(number, b".", b"."), "pivot_root")
-    _check(_c().umount2(b".", MNT_DETACH), "detach the host's root")
+    _check(LIBC.syscall(number, b".", b"."), "pivot_root")
+    _check(LIBC.umount2(b".", MNT_DETACH), "detach the host's root")
     os.chdir(WORKDIR)
-    _c().sethostname(b"sandbox", 7)
+    LIBC.sethostname(b"sandbox", 7)
 
 
 def _bind_host_dirs(root: str, paths: list[str]) -> list[str]:
@@ -368,23 +360,18 @@ def _bind_host_dirs(root: str, paths: list[str]) -> list[str]:
 def drop_privileges(privileged: bool, isolate: bool) -> None:
     """Give up every capability for good, and gain none on exec."""
     if privileged:
-        os.setgroups([])
-        os.setresgid(NOBODY, NOBODY, NOBODY)
-        os.setresuid(NOBODY, NOBODY, NOBODY)  # leaving uid 0 clears all capabilities
+        _become_nobody()
     elif isolate:
         # A nested user namespace: the mounts become locked (no remount, no
         # unmount), and the code is user nobody there, not root.
-        _check(_c().unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare the inner user namespace")
-        _map_ids(NOBODY, 0, 0)
+        _enter_user_namespace(CLONE_NEWNS, NOBODY, (0, 0), "unshare the inner user namespace")
         header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
         data = (ctypes.c_uint32 * 6)()
-        _check(_c().capset(header, data), "capset")
-    _check(_c().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        _check(LIBC.capset(header, data), "capset")
+    _check(LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
 
 
 # -- runner ---------------------------------------------------------------------
-
-
 def prepare_runner(request: dict[str, Any], out_w: int, cwd: str) -> None:
     """Limits, file descriptors and environment of the process that runs the code."""
     cpu = int(request["cpu_seconds"])
@@ -397,8 +384,7 @@ def prepare_runner(request: dict[str, Any], out_w: int, cwd: str) -> None:
         resource.RLIMIT_CORE: 0,
     }
     for which, value in limits.items():
-        soft, hard = value if isinstance(value, tuple) else (value, value)
-        resource.setrlimit(which, (soft, hard))
+        resource.setrlimit(which, value if isinstance(value, tuple) else (value, value))
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(out_w, 1)
@@ -452,8 +438,6 @@ def run_code(code: str) -> int:
 
 
 # -- entry points ---------------------------------------------------------------
-
-
 def _guarded_monitor(request: dict[str, Any]) -> bytes:
     try:
         return marshal.dumps(monitor(request))
@@ -499,7 +483,6 @@ def serve() -> None:
             os._exit(0)
         os.close(result_w)
         data = _read_all(result_r)
-        os.close(result_r)
         os.waitpid(pid, 0)
         if not data:
             data = marshal.dumps({"setup_error": "the sandbox monitor died without a result"})

@@ -16,7 +16,7 @@ from agentgym.envs.tools.search_qa.questions import (
     f1_score,
 )
 from agentgym.envs.tools.search_qa.search import SearchIndex, format_documents
-from agentgym.envs.tools.tool_env import ToolEnv
+from agentgym.envs.tools.tool_env import ToolEnv, task_kinds
 from agentgym.envs.tools.tools import Tool
 
 REWARD_METRICS = ("em", "f1")
@@ -70,7 +70,6 @@ class SearchQAEnv(ToolEnv):
     """
 
     generator_version: ClassVar[int | None] = 1
-    """Raised whenever the same seed would give a different task."""
     answer_format: ClassVar[str] = (
         "the answer only (a name, a place, a year, ...), e.g. <answer>Lakehaven</answer>."
     )
@@ -90,11 +89,7 @@ class SearchQAEnv(ToolEnv):
             "search", SEARCH_DESCRIPTION, search_parameters(default_k, max_k), self._search
         )
         super().__init__([search], max_turns=max_turns, max_tool_calls=max_tool_calls, **kwargs)
-        types = list(question_types) if question_types is not None else list(QUESTION_TYPES)
-        if not types or any(t not in QUESTION_TYPES for t in types):
-            raise ValueError(
-                f"question_types={types!r} is not supported; choose from {list(QUESTION_TYPES)}"
-            )
+        types = task_kinds("question_types", question_types, QUESTION_TYPES)
         if reward_metric not in REWARD_METRICS:
             raise ValueError(
                 f"reward_metric={reward_metric!r} is not supported; valid options: "

@@ -16,9 +16,8 @@ from agentgym.envs.tools.protocol import format_call
 from agentgym.envs.tools.sandbox.sql import QueryError, SQLSandbox
 from agentgym.envs.tools.sql.database import SCHEMA, generate_shop, write_database
 from agentgym.envs.tools.sql.questions import TEMPLATES, SQLQuestion, make_question, same_result
-from agentgym.envs.tools.tool_env import ToolEnv
+from agentgym.envs.tools.tool_env import ToolEnv, task_kinds
 from agentgym.envs.tools.tools import Tool, ToolError
-from agentgym.errors import did_you_mean
 
 SQL_PARAMETERS = {
     "type": "object",
@@ -57,7 +56,6 @@ class SQLEnv(ToolEnv):
     """
 
     generator_version: ClassVar[int | None] = 1
-    """Raised whenever the same seed would give a different task."""
     answer_format: ClassVar[str] = (
         "one SQLite SELECT query whose result is the answer, e.g. "
         "<answer>SELECT name FROM customers WHERE city = 'Lakeview'</answer>."
@@ -75,14 +73,7 @@ class SQLEnv(ToolEnv):
     ) -> None:
         sql = Tool("sql", SQL_DESCRIPTION, SQL_PARAMETERS, self._run_sql)
         super().__init__([sql], max_turns=max_turns, max_tool_calls=max_tool_calls, **kwargs)
-        kinds = list(questions) if questions is not None else list(TEMPLATES)
-        for kind in kinds:
-            if kind not in TEMPLATES:
-                hint = did_you_mean(kind, TEMPLATES)
-                raise ValueError(f"Unknown question kind {kind!r}.{hint} Valid: {list(TEMPLATES)}")
-        if not kinds:
-            raise ValueError(f"questions must name at least one of {list(TEMPLATES)}")
-        self.question_kinds = kinds
+        self.question_kinds = task_kinds("questions", questions, TEMPLATES)
         self.query_timeout_seconds = query_timeout_seconds
         self.max_rows = max_rows
         self._dir = Path(tempfile.mkdtemp(prefix="agentgym-sql-"))
