@@ -18,7 +18,7 @@ with ``RolloutBatch.input_ids`` and ``loss_mask`` is 1 exactly on generated toke
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -36,11 +36,13 @@ class AdvantageEstimator(Protocol):
         normalized_scores: Tensor,
         token_rewards: Tensor,
         loss_mask: Tensor,
+        /,
         *,
         gamma: float = 1.0,
         baseline: bool = False,
     ) -> Tensor:
-        """Return ``[B, T]`` advantages (0 off ``loss_mask``)."""
+        """Return ``[B, T]`` advantages (0 off ``loss_mask``); the three tensors come
+        by position, whatever an estimator names them."""
         ...
 
 
@@ -111,12 +113,7 @@ def masked_whiten(values: Tensor, mask: Tensor) -> Tensor:
 @register_estimator("opmd")
 @register_estimator("grpo")
 def grpo_advantages(
-    normalized_scores: Tensor,
-    token_rewards: Tensor,
-    loss_mask: Tensor,
-    *,
-    gamma: float = 1.0,
-    baseline: bool = False,
+    normalized_scores: Tensor, token_rewards: Tensor, loss_mask: Tensor, **unused: Any
 ) -> Tensor:
     """GRPO: the sample's normalized score on each of its generated tokens. OPMD's
     estimator too: there the scores are already its advantages
@@ -128,8 +125,8 @@ def grpo_advantages(
             :func:`~agentgym.trainers.normalization.normalize_rewards`.
         token_rewards: ``[B, T]`` unused (outcome reward only).
         loss_mask: ``[B, T]`` 1 on generated tokens.
-        gamma: Unused.
-        baseline: Unused (the group normalization is the baseline).
+        **unused: ``gamma`` and ``baseline``, which GRPO does not read (the group
+            normalization is its baseline).
 
     Returns:
         ``[B, T]`` advantages, 0 off the mask.

@@ -72,7 +72,7 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
     Raises:
         WeightsTimeoutError: When nothing is published within ``sync_timeout``.
     """
-    loop = asyncio.new_event_loop()
+    session = ExplorerSession(parts, asyncio.new_event_loop(), log)
     record = parts.buffer.join(parts.name)
     if record.cursor is not None:
         parts.train.manager.load_state_dict(record.cursor)
@@ -81,14 +81,12 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
     validated: set[int] = set()
     batches = 0
     try:
-        loaded = _first_weights(parts, loop, log)
-        admission = Waiting(
+        loaded = session.first_weights()
+        admission = session.waiting(
             lambda: (
-                f"explorer {parts.name}: waits for the trainer to pass version "
-                f"{loaded.version} (the staleness bound, {parts.ratio:g} versions)"
-            ),
-            log=log,
-            on_look=lambda: parts.buffer.heartbeat(parts.name),
+                f"waits for the trainer to pass version {loaded.version} "
+                f"(the staleness bound, {parts.ratio:g} versions)"
+            )
         )
         # without on_startup the first weights are the mark the schedule counts from
         mark = set() if parts.eval_on_startup else {loaded.version}
@@ -96,7 +94,7 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
         while (last := parts.weights.finished()) is None:
             if _due(parts.eval_steps, loaded.version, validated | mark):
                 validated.add(loaded.version)
-                _evaluate(parts, loop, loaded.version)
+                session.evaluate(loaded.version)
                 idle_from = time.perf_counter()  # validating is not waiting
             granted = parts.buffer.reserve(
                 parts.name,
@@ -106,11 +104,11 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
                 batch=loaded.groups_per_step,
             )
             if not granted:  # the staleness bound: only a newer version lets this explorer on
-                newer = _blocked(parts, loop, loaded, log, admission)
+                newer = session.blocked(loaded, admission)
                 if newer is not loaded:
                     loaded, synced_after = newer, played
                 continue
-            metrics = _play_batch(parts, loop, loaded, granted, log)
+            metrics = session.play_batch(loaded, granted)
             if metrics is None:  # the trainer gave this explorer's slots up meanwhile
                 continue
             batches += 1
@@ -119,190 +117,208 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
             parts.tracker.log(metrics, batches)
             idle_from = time.perf_counter()
             if parts.schedule.explorer_syncs(played, synced_after):
-                newer = _sync(parts, loop, loaded, log)
+                newer = session.sync(loaded)
                 if newer is not loaded:
                     loaded, synced_after = newer, played
         # the last version is published before the trainer's finish mark
-        loaded = _load_newer(parts, loop, loaded, log)
+        loaded = session.load_newer(loaded)
         if loaded.version not in validated and parts.eval_steps:
-            _evaluate(parts, loop, loaded.version)
+            session.evaluate(loaded.version)
         log(f"explorer {parts.name}: the trainer finished at version {last}")
         return batches
     finally:
-        try:
-            loop.run_until_complete(parts.train.backend.close())  # on the loop it served on
-        finally:
-            try:
-                parts.close()
-            finally:
-                parts.buffer.close()
-                loop.close()
-
-
-def _blocked(
-    parts: ExplorerParts,
-    loop: asyncio.AbstractEventLoop,
-    loaded: Published,
-    log: Callable[[str], None],
-    admission: Waiting,
-) -> Published:
-    """The staleness bound holds this explorer at ``loaded``: the newest version when the
-    trainer published one (loaded), else ``loaded`` after one tick of the wait."""
-    if parts.schedule.style == "explorer_driven":
-        parts.buffer.request_sync(parts.name, loaded.version)
-    newer = _load_newer(parts, loop, loaded, log)
-    if newer is not loaded:
-        parts.buffer.request_sync(parts.name, None)
-        return newer
-    admission.tick()
-    time.sleep(admission.poll_seconds)
-    return loaded
-
-
-def _play_batch(
-    parts: ExplorerParts,
-    loop: asyncio.AbstractEventLoop,
-    loaded: Published,
-    granted: int,
-    log: Callable[[str], None],
-) -> dict[str, float] | None:
-    """Play a batch with ``loaded`` and write the ``granted`` groups the bound has room
-    for to the buffer; the batch's metrics (``time/started``: when it began), or None
-    when the trainer revoked the reservation meanwhile (the batch is not written)."""
-    started = time.perf_counter()
-    train = parts.train
-    result = loop.run_until_complete(
-        _heartbeats(
-            parts,
-            collect(
-                train.manager,
-                train.backend,
-                train.chat,
-                train.config,
-                policy_version=loaded.version,
-            ),
-        )
-    )
-    played_groups = _groups(result.trajectories)
-    if granted < len(played_groups):  # the bound had room for fewer (reserve)
-        log(
-            f"explorer {parts.name}: the staleness bound had room for {granted} of "
-            f"{len(played_groups)} groups; the others are discarded"
-        )
-    try:
-        written = parts.buffer.write(
-            parts.name, played_groups[:granted], cursor=dict(train.manager.state_dict())
-        )
-    except ReservationRevokedError as error:
-        log(f"{error}; playing on")
-        return None
-    seconds = time.perf_counter() - started
-    metrics = {f"train/{key}": value for key, value in result.metrics.items()}
-    metrics["explore/groups_written"] = float(written)
-    metrics["explore/groups_discarded"] = float(len(played_groups) - granted)
-    metrics["explore/groups_per_second"] = written / max(seconds, 1e-9)
-    metrics["explore/policy_version"] = float(loaded.version)
-    metrics["time/explore_batch"] = seconds
-    metrics["time/started"] = started
-    return metrics
-
-
-def _load(
-    parts: ExplorerParts,
-    loop: asyncio.AbstractEventLoop,
-    published: Published,
-    log: Callable[[str], None],
-) -> Published:
-    """Load ``published`` into the engines; it.
-
-    Raises:
-        WeightsGoneError: When a newer version replaced it on a memory channel first.
-    """
-    started = time.perf_counter()
-    arrived = 0
-
-    def counted() -> Iterator[tuple[str, Any]]:
-        nonlocal arrived
-        for entry in parts.weights.read(published):
-            arrived += 1
-            yield entry
-
-    try:
-        loop.run_until_complete(parts.train.backend.update_weights(counted()))
-    except WeightsGoneError as gone:
-        gone.partial = arrived > 0  # the engines hold part of it: load a whole version
-        raise
-    log(
-        f"explorer {parts.name}: loaded version {published.version} in "
-        f"{time.perf_counter() - started:.2f} s"
-    )
-    return published
-
-
-def _load_newer(
-    parts: ExplorerParts,
-    loop: asyncio.AbstractEventLoop,
-    loaded: Published,
-    log: Callable[[str], None],
-) -> Published:
-    """The newest published version, loaded if it is newer than ``loaded`` (else
-    ``loaded`` itself, not reloaded)."""
-    current = parts.weights.latest()
-    if current is None or current.version <= loaded.version:
-        return loaded
-    if current.key == loaded.key:  # a step that changed no weights
-        return current
-    try:
-        return _load(parts, loop, current, log)
-    except WeightsGoneError as gone:  # replaced while we read it: the next look finds it
-        if gone.partial:  # unless the engines hold part of it: no sample from a mix
-            return _first_weights(parts, loop, log)
-        return loaded
-
-
-def _sync(
-    parts: ExplorerParts,
-    loop: asyncio.AbstractEventLoop,
-    loaded: Published,
-    log: Callable[[str], None],
-) -> Published:
-    """A scheduled sync: the newest version if newer than ``loaded``. ``fixed`` waits
-    for one while the trainer has the groups to make it; ``explorer_driven`` asks
-    for one, and goes on without it when none is there yet."""
-    schedule = parts.schedule
-    if schedule.style == "explorer_driven":
-        parts.buffer.request_sync(parts.name, loaded.version)
-    elif schedule.explorer_waits:
-        needed = schedule.next_publication(loaded.version) * loaded.groups_per_step
-
-        def settled() -> bool | None:  # a newer version, or none coming: stop waiting
-            current = parts.weights.latest()
-            coming = (
-                current is not None
-                and current.version <= loaded.version
-                and parts.buffer.handed_out() >= needed
-                and parts.weights.finished() is None
-            )
-            return None if coming else True
-
-        Waiting(
-            lambda: (
-                f"explorer {parts.name}: waits for the version after {loaded.version} "
-                "(synchronizer.sync_style=fixed)"
-            ),
-            log=log,
-            on_look=lambda: parts.buffer.heartbeat(parts.name),
-        ).until(settled)
-    newer = _load_newer(parts, loop, loaded, log)
-    if newer is not loaded and schedule.style == "explorer_driven":
-        parts.buffer.request_sync(parts.name, None)
-    return newer
+        session.close()
 
 
 GONE_RETRY_SECONDS = 0.5
 """The pause before loading the newest weights again after a version went away."""
 HEARTBEAT_SECONDS = 5.0
 """How often a playing explorer tells the buffer it is alive."""
+
+
+@dataclass
+class ExplorerSession:
+    """An explorer at work: its parts, the event loop its engines serve on, and where
+    its lines go. Each step of :func:`explore` is a method.
+
+    Attributes:
+        parts: What the explorer runs on.
+        loop: The event loop the engines serve on (closed by :meth:`close`).
+        log: Where its lines go.
+    """
+
+    parts: ExplorerParts
+    loop: asyncio.AbstractEventLoop
+    log: Callable[[str], None] = print
+
+    def first_weights(self) -> Published:
+        """The first published version, loaded (waiting up to ``sync_timeout`` for one)."""
+        while True:
+            try:
+                return self.load(self._wait_for_weights())
+            except WeightsGoneError:  # replaced while we read it: take the newer
+                time.sleep(GONE_RETRY_SECONDS)
+
+    def load(self, published: Published) -> Published:
+        """Load ``published`` into the engines; it.
+
+        Raises:
+            WeightsGoneError: When a newer version replaced it on a memory channel first.
+        """
+        started = time.perf_counter()
+        arrived = 0
+
+        def counted() -> Iterator[tuple[str, Any]]:
+            nonlocal arrived
+            for entry in self.parts.weights.read(published):
+                arrived += 1
+                yield entry
+
+        try:
+            self.loop.run_until_complete(self.parts.train.backend.update_weights(counted()))
+        except WeightsGoneError as gone:
+            gone.partial = arrived > 0  # the engines hold part of it: load a whole version
+            raise
+        self.log(
+            f"explorer {self.parts.name}: loaded version {published.version} in "
+            f"{time.perf_counter() - started:.2f} s"
+        )
+        return published
+
+    def load_newer(self, loaded: Published) -> Published:
+        """The newest published version, loaded if it is newer than ``loaded`` (else
+        ``loaded`` itself, not reloaded)."""
+        current = self.parts.weights.latest()
+        if current is None or current.version <= loaded.version:
+            return loaded
+        if current.key == loaded.key:  # a step that changed no weights
+            return current
+        try:
+            return self.load(current)
+        except WeightsGoneError as gone:  # replaced while we read it: the next look finds it
+            if gone.partial:  # unless the engines hold part of it: no sample from a mix
+                return self.first_weights()
+            return loaded
+
+    def blocked(self, loaded: Published, admission: Waiting) -> Published:
+        """The staleness bound holds this explorer at ``loaded``: the newest version when
+        the trainer published one (loaded), else ``loaded`` after one tick of the wait."""
+        parts = self.parts
+        if parts.schedule.style == "explorer_driven":
+            parts.buffer.request_sync(parts.name, loaded.version)
+        newer = self.load_newer(loaded)
+        if newer is not loaded:
+            parts.buffer.request_sync(parts.name, None)
+            return newer
+        admission.tick()
+        time.sleep(admission.poll_seconds)
+        return loaded
+
+    def sync(self, loaded: Published) -> Published:
+        """A scheduled sync: the newest version if newer than ``loaded``. ``fixed`` waits
+        for one while the trainer has the groups to make it; ``explorer_driven`` asks
+        for one, and goes on without it when none is there yet."""
+        parts, schedule = self.parts, self.parts.schedule
+        if schedule.style == "explorer_driven":
+            parts.buffer.request_sync(parts.name, loaded.version)
+        elif schedule.explorer_waits:
+            needed = schedule.next_publication(loaded.version) * loaded.groups_per_step
+
+            def settled() -> bool | None:  # a newer version, or none coming: stop waiting
+                current = parts.weights.latest()
+                coming = (
+                    current is not None
+                    and current.version <= loaded.version
+                    and parts.buffer.handed_out() >= needed
+                    and parts.weights.finished() is None
+                )
+                return None if coming else True
+
+            self.waiting(
+                lambda: (
+                    f"waits for the version after {loaded.version} (synchronizer.sync_style=fixed)"
+                )
+            ).until(settled)
+        newer = self.load_newer(loaded)
+        if newer is not loaded and schedule.style == "explorer_driven":
+            parts.buffer.request_sync(parts.name, None)
+        return newer
+
+    def play_batch(self, loaded: Published, granted: int) -> dict[str, float] | None:
+        """Play a batch with ``loaded`` and write the ``granted`` groups the bound has
+        room for to the buffer; the batch's metrics (``time/started``: when it began), or
+        None when the trainer revoked the reservation meanwhile (nothing is written)."""
+        parts, train = self.parts, self.parts.train
+        started = time.perf_counter()
+        play = collect(
+            train.manager, train.backend, train.chat, train.config, policy_version=loaded.version
+        )
+        result = self.loop.run_until_complete(_heartbeats(parts, play))
+        played_groups = _groups(result.trajectories)
+        if granted < len(played_groups):  # the bound had room for fewer (reserve)
+            self.log(
+                f"explorer {parts.name}: the staleness bound had room for {granted} of "
+                f"{len(played_groups)} groups; the others are discarded"
+            )
+        try:
+            written = parts.buffer.write(
+                parts.name, played_groups[:granted], cursor=dict(train.manager.state_dict())
+            )
+        except ReservationRevokedError as error:
+            self.log(f"{error}; playing on")
+            return None
+        seconds = time.perf_counter() - started
+        metrics = {f"train/{key}": value for key, value in result.metrics.items()}
+        metrics["explore/groups_written"] = float(written)
+        metrics["explore/groups_discarded"] = float(len(played_groups) - granted)
+        metrics["explore/groups_per_second"] = written / max(seconds, 1e-9)
+        metrics["explore/policy_version"] = float(loaded.version)
+        metrics["time/explore_batch"] = seconds
+        metrics["time/started"] = started
+        return metrics
+
+    def evaluate(self, version: int) -> None:
+        """Play the validation envs with ``version`` and log ``val/*`` (none: nothing)."""
+        if self.parts.val is not None:
+            played = self.loop.run_until_complete(evaluate(self.parts.val, version=version))
+            self.parts.tracker.log(played.metrics, version)
+
+    def waiting(self, what: Callable[[], str], **options: Any) -> Waiting:
+        """A wait of this explorer: its line names it, each look tells the buffer it is
+        alive."""
+        parts = self.parts
+        return Waiting(
+            lambda: f"explorer {parts.name}: {what()}",
+            log=self.log,
+            on_look=lambda: parts.buffer.heartbeat(parts.name),
+            **options,
+        )
+
+    def _wait_for_weights(self) -> Published:
+        """The first version the trainer publishes (waiting up to ``sync_timeout``)."""
+        parts = self.parts
+        return self.waiting(
+            lambda: f"waits for the trainer's first weights in {parts.job_dir}",
+            timeout=parts.sync_timeout,
+            give_up=lambda _: WeightsTimeoutError(
+                f"explorer {parts.name}: no weights published in {parts.job_dir} within "
+                f"synchronizer.sync_timeout={parts.sync_timeout:g} s; start the trainer "
+                "(mode=train) with the same checkpoint_root_dir, project and name"
+            ),
+            say_first=True,
+        ).until(parts.weights.latest)
+
+    def close(self) -> None:
+        """Close the engines (on the loop they served on), the explorer's parts, its
+        buffer connection and the loop, each whatever became of the others."""
+        try:
+            self.loop.run_until_complete(self.parts.train.backend.close())
+        finally:
+            try:
+                self.parts.close()
+            finally:
+                self.parts.buffer.close()
+                self.loop.close()
 
 
 async def _heartbeats(parts: ExplorerParts, play: Awaitable[_T]) -> _T:
@@ -322,56 +338,6 @@ def _due(every: int, version: int, validated: set[int]) -> bool:
         return False
     last = max(validated, default=-1)
     return last < 0 or version // every > last // every
-
-
-def _first_weights(
-    parts: ExplorerParts, loop: asyncio.AbstractEventLoop, log: Callable[[str], None]
-) -> Published:
-    """The first published version, loaded (waiting up to ``sync_timeout`` for one)."""
-    while True:
-        try:
-            return _load(parts, loop, _wait_for_weights(parts, log), log)
-        except WeightsGoneError:  # replaced while we read it: take the newer
-            time.sleep(GONE_RETRY_SECONDS)
-            continue
-
-
-def _waiting(
-    parts: ExplorerParts,
-    log: Callable[[str], None],
-    what: Callable[[], str],
-    **options: Any,
-) -> Waiting:
-    """A wait of this explorer: its line names it, each look tells the buffer it is alive."""
-    return Waiting(
-        lambda: f"explorer {parts.name}: {what()}",
-        log=log,
-        on_look=lambda: parts.buffer.heartbeat(parts.name),
-        **options,
-    )
-
-
-def _wait_for_weights(parts: ExplorerParts, log: Callable[[str], None]) -> Published:
-    """The first version the trainer publishes (waiting up to ``sync_timeout``)."""
-    return _waiting(
-        parts,
-        log,
-        lambda: f"waits for the trainer's first weights in {parts.job_dir}",
-        timeout=parts.sync_timeout,
-        give_up=lambda _: WeightsTimeoutError(
-            f"explorer {parts.name}: no weights published in {parts.job_dir} within "
-            f"synchronizer.sync_timeout={parts.sync_timeout:g} s; start the trainer "
-            "(mode=train) with the same checkpoint_root_dir, project and name"
-        ),
-        say_first=True,
-    ).until(parts.weights.latest)
-
-
-def _evaluate(parts: ExplorerParts, loop: asyncio.AbstractEventLoop, version: int) -> None:
-    if parts.val is None:
-        return
-    played = loop.run_until_complete(evaluate(parts.val, version=version))
-    parts.tracker.log(played.metrics, version)
 
 
 def _groups(trajectories: list[Trajectory]) -> list[list[Trajectory]]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from agentgym.job.explore import _load_newer
+from agentgym.job.explore import ExplorerSession
 from agentgym.job.published_weights import Published, WeightsGoneError
 
 NAMES = ("a", "b", "c")
@@ -66,7 +66,7 @@ def test_a_broken_transfer_leaves_no_mix_of_versions(arrive: int, version: int, 
     channel, engine = BreakingChannel(arrive=arrive), RecordingEngine()
     loop = asyncio.new_event_loop()
     try:
-        loaded = _load_newer(parts(channel, engine), loop, Published(1, "v1", 1), print)
+        loaded = ExplorerSession(parts(channel, engine), loop).load_newer(Published(1, "v1", 1))
     finally:
         loop.close()
     assert loaded.version == version

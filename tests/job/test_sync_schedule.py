@@ -19,7 +19,7 @@ import torch
 from agentgym.errors import ConfigError
 from agentgym.job.buffer import ExperienceBuffer
 from agentgym.job.buffer_source import BufferSource
-from agentgym.job.explore import _sync
+from agentgym.job.explore import ExplorerSession
 from agentgym.job.published_weights import FolderChannel, WeightPublisher
 from agentgym.job.schedule import SyncSchedule
 from agentgym.schema import validate
@@ -225,12 +225,12 @@ def test_fixed_waits_for_the_next_version_when_the_trainer_has_its_groups(
     assert loaded is not None
     loop = asyncio.new_event_loop()
     started = time.monotonic()
-    assert _sync(parts, loop, loaded, print) is loaded  # no groups: nothing to wait for
+    assert ExplorerSession(parts, loop).sync(loaded) is loaded  # no groups: nothing to wait for
     assert time.monotonic() - started < 0.5
     put(buffer, "e", [group(0)])  # the trainer can make version 1 now
     later = threading.Timer(0.6, lambda: publisher.publish(1, {"w": torch.ones(1)}.items()))
     later.start()
-    synced = _sync(parts, loop, loaded, print)
+    synced = ExplorerSession(parts, loop).sync(loaded)
     assert synced.version == 1 and time.monotonic() - started >= 0.5
     assert parts.train.backend.loaded == [1.0]
     loop.close()
@@ -246,10 +246,10 @@ def test_explorer_driven_asks_and_goes_on_without_waiting(tmp_path: Path) -> Non
     loaded = channel.latest()
     assert loaded is not None
     loop = asyncio.new_event_loop()
-    assert _sync(parts, loop, loaded, print) is loaded
+    assert ExplorerSession(parts, loop).sync(loaded) is loaded
     assert buffer.sync_requested(0)
     publisher.publish(1, {"w": torch.ones(1)}.items())
-    assert _sync(parts, loop, loaded, print).version == 1
+    assert ExplorerSession(parts, loop).sync(loaded).version == 1
     assert not buffer.sync_requested(0)
     assert parts.train.backend.loaded == [1.0]
     loop.close()
