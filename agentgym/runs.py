@@ -15,8 +15,8 @@ from typing import Any
 
 from agentgym import stopping
 from agentgym.bench import run_bench
+from agentgym.builders.cluster import apply_system_envs
 from agentgym.builders.explore import build_explorer
-from agentgym.builders.model import apply_system_envs
 from agentgym.builders.train import build_train
 from agentgym.console import echo
 from agentgym.errors import ConfigError

@@ -48,12 +48,12 @@ class Phase:
 
 def phases() -> dict[str, Phase]:
     """The phases a test can stop a run in, by the name the run's last line gives them."""
-    from agentgym.builders import engines, model
+    from agentgym.builders import engines, strategies
     from agentgym.rollout.backends.hf import HFBackend
     from agentgym.trainers import grpo, run_state, updates
 
     return {
-        "model build": Phase((model, "policy_strategy"), (model, "build_strategy")),
+        "model build": Phase((strategies, "policy_strategy"), (strategies, "build_strategy")),
         "engine start": Phase((engines, "generation_backend"), (engines, "make_backend")),
         "validation": Phase((grpo, "evaluate_step"), (HFBackend, "generate")),
         "policy update": Phase((grpo, "update_policy"), (updates, "minibatches")),

@@ -35,8 +35,8 @@ cancelled what it awaited; a close still running then blocks the loop's thread."
 
 PHASES: dict[tuple[str, str], str] = {
     ("agentgym.builders.train", "build_train"): "setup",
-    ("agentgym.builders.model", "policy_strategy"): "model build",
-    ("agentgym.builders.model", "critic_strategy"): "critic build",
+    ("agentgym.builders.strategies", "policy_strategy"): "model build",
+    ("agentgym.builders.strategies", "critic_strategy"): "critic build",
     ("agentgym.builders.engines", "generation_backend"): "engine start",
     ("agentgym.builders.rollouts", "env_manager"): "env start",
     ("agentgym.trainers.grpo", "train"): "training",

@@ -5,7 +5,8 @@ every mode, and hands them over finished.
   recipe's settings and :class:`~agentgym.trainers.grpo.TrainParts`);
 * :mod:`~agentgym.builders.explore`: ``mode: explore`` (:func:`build_explorer`);
 * :mod:`~agentgym.builders.recipe`: the recipe's settings from the schema;
-* :mod:`~agentgym.builders.model`: the model folder, the cluster, the strategies;
+* :mod:`~agentgym.builders.model`: the model folder; :mod:`~agentgym.builders.cluster`:
+  the cluster; :mod:`~agentgym.builders.strategies`: the policy and the critic;
 * :mod:`~agentgym.builders.engines`: the generation backend (engines, router);
 * :mod:`~agentgym.builders.rollouts`: env managers, :class:`~agentgym.rollout.source.Rollout`
   bundles and the rollout source;

@@ -9,10 +9,11 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
+from agentgym.builders.cluster import build_cluster
 from agentgym.builders.engines import run_engines
 from agentgym.builders.env_check import check_envs
 from agentgym.builders.job import experience_buffer, weight_channel
-from agentgym.builders.model import build_cluster, model_path
+from agentgym.builders.model import model_path
 from agentgym.builders.rollouts import rollouts
 from agentgym.builders.run_folder import open_run_folder
 from agentgym.job.explore import ExplorerParts, close_all

@@ -1,19 +1,12 @@
-"""The model folder, the cluster the roles run on, and the training strategies."""
+"""The policy's model folder: a local Hugging Face folder (``pretrain``), or the tiny
+model built once from ``model.tiny``."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from agentgym.cluster import Cluster, start_cluster
-from agentgym.models.tiny import ensure_tiny_model
+from agentgym.models.cache import ensure_tiny_model
 from agentgym.schema import TrainConfig
-from agentgym.trainers.ranks import start_rank_group
-from agentgym.trainers.strategies import Critic, Strategy, build_critic, build_strategy
-from agentgym.trainers.strategies.lora import lora_settings
-from agentgym.trainers.strategies.optim import OptimizerConfig, optimizer_steps
 
 
 def model_path(config: TrainConfig) -> Path:
@@ -24,123 +17,3 @@ def model_path(config: TrainConfig) -> Path:
         return Path(config.pretrain).expanduser()
     model = config.model
     return ensure_tiny_model(model.tiny, model.cache_dir, warm_start=model.warm_start)
-
-
-def build_cluster(config: TrainConfig) -> Cluster:
-    """The local process or the Ray cluster the roles run on (``distributed``)."""
-    return start_cluster(
-        config.distributed,
-        address=config.ray_address,
-        num_nodes=config.num_nodes,
-        num_gpus_per_node=config.num_gpus_per_node,
-        env_vars=config.system_envs,
-        rpc_timeout=config.rpc_timeout,
-    )
-
-
-def apply_system_envs(config: TrainConfig) -> None:
-    """Set ``system_envs`` in this process's environment (its workers inherit them)."""
-    os.environ.update({key: str(value) for key, value in config.system_envs.items()})
-
-
-def _training_settings(config: TrainConfig, role_name: str, *, passes: int) -> dict[str, Any]:
-    """What a training role (``actor_train``, ``critic``) gives its strategy: model,
-    optimizer and schedule settings; ``passes`` over each rollout batch (``ppo_epochs``
-    for the policy; ROLL's critic makes one) set the optimizer steps of the run."""
-    role = getattr(config, role_name)
-    args = role.training_args
-    optimizer = OptimizerConfig(
-        learning_rate=args.learning_rate,
-        weight_decay=args.weight_decay,
-        betas=OptimizerConfig.betas,
-        lr_scheduler_type=args.lr_scheduler_type,
-        warmup_steps=args.warmup_steps,
-        warmup_ratio=args.warmup_ratio,
-        total_steps=optimizer_steps(
-            max_steps=config.max_steps,
-            rollout_batch_size=config.rollout_batch_size,
-            ppo_epochs=passes,
-            mini_batch_size=args.per_device_train_batch_size
-            * args.gradient_accumulation_steps
-            * config.data_parallel[role_name],
-        ),
-        max_grad_norm=config.max_grad_norm,
-    )
-    return {
-        "dtype": role.model_args.dtype,
-        "device": config.model.device,
-        "gradient_checkpointing": not role.model_args.disable_gradient_checkpointing,
-        "attn_implementation": role.model_args.attn_implementation,
-        "optimizer": optimizer,
-        "micro_batch_size": args.per_device_train_batch_size,
-    }
-
-
-def strategy_settings(config: TrainConfig, path: Path, *, needs_reference: bool) -> dict[str, Any]:
-    """The ``actor_train`` role's settings for :func:`build_strategy` (every rank gets
-    these); ``lora``: the adapter of ``model_args.lora_target`` (None: every weight trains)."""
-    args = config.actor_train.model_args
-    return {
-        **_training_settings(config, "actor_train", passes=config.ppo_epochs),
-        "temperature": config.actor_infer.generating_args.temperature,
-        "reference_path": path if needs_reference else None,
-        "lora": lora_settings(args.lora_target, args.lora_rank, args.lora_alpha),
-    }
-
-
-def policy_strategy(
-    config: TrainConfig, path: Path, *, needs_reference: bool, cluster: Cluster | None = None
-) -> Strategy:
-    """The training strategy ``actor_train.strategy_args.strategy_name`` for ``path``:
-    in this process (``distributed=local``), or a trainer worker group of one rank
-    per ``actor_train.device_mapping`` device on ``cluster``."""
-    settings = strategy_settings(config, path, needs_reference=needs_reference)
-    name = str(config.actor_train.strategy_args.strategy_name)
-    built: Strategy = _role_strategy(config, "actor_train", name, path, settings, cluster)
-    return built
-
-
-def critic_strategy(config: TrainConfig, path: Path, cluster: Cluster | None = None) -> Critic:
-    """GAE's critic (``critic.strategy_args.strategy_name``, torch by default): the value
-    model starts from ``critic.model_args.model_name_or_path`` or else the policy at
-    ``path``, trains with ``critic.training_args``, on ``model.device`` in this process
-    (``distributed=local``) or on a critic group of one rank per ``critic.device_mapping``
-    device (default: ``actor_train``'s) on ``cluster``."""
-    source = config.critic.model_args.model_name_or_path
-    name = config.critic.strategy_args.strategy_name or "torch"
-    settings = {**_training_settings(config, "critic", passes=1), "seed": config.seed}
-    model_path = Path(source).expanduser() if source else path
-    built: Critic = _role_strategy(config, "critic", name, model_path, settings, cluster)
-    return built
-
-
-LOCAL_BUILDERS: dict[str, Callable[..., Any]] = {
-    "actor_train": build_strategy,
-    "critic": build_critic,
-}
-"""Each training role's strategy table, for a strategy in this process."""
-
-
-def _role_strategy(
-    config: TrainConfig,
-    role_name: str,
-    name: str,
-    path: Path,
-    settings: dict[str, Any],
-    cluster: Cluster | None,
-) -> Any:
-    """A training role's strategy: built in this process (``distributed=local``), or one
-    rank per device of the role's ``device_mapping`` on ``cluster``."""
-    options = getattr(config, role_name).strategy_args.strategy_config
-    if cluster is None or cluster.kind == "local":
-        return LOCAL_BUILDERS[role_name](name, path, options, **settings)
-    return start_rank_group(
-        cluster,
-        role_name,
-        config.placement.workers[role_name],
-        strategy_name=name,
-        model_path=path,
-        strategy_config=options,
-        settings=settings,
-        rpc_timeout=config.rpc_timeout,
-    )

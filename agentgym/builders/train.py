@@ -7,18 +7,15 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
+from agentgym.builders.cluster import build_cluster
 from agentgym.builders.engines import run_engines
 from agentgym.builders.env_check import check_envs
 from agentgym.builders.job import trainer_source
-from agentgym.builders.model import (
-    build_cluster,
-    critic_strategy,
-    model_path,
-    policy_strategy,
-)
+from agentgym.builders.model import model_path
 from agentgym.builders.recipe import grpo_config, kl_controller
 from agentgym.builders.rollouts import rollout_source, rollouts
 from agentgym.builders.run_folder import open_run_folder
+from agentgym.builders.strategies import critic_strategy, policy_strategy
 from agentgym.registry import env_versions
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.source import Rollout, RolloutSource
@@ -58,6 +55,8 @@ def build_train(
         strategy = policy_strategy(
             config, path, needs_reference=grpo.needs_reference, cluster=workers
         )
+        # the critic's value head is seeded on its own (the global RNG is left as it was)
+        critic = critic_strategy(config, path, workers) if config.adv_estimator == "gae" else None
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         output_dir = Path(config.output_dir)
@@ -83,7 +82,6 @@ def build_train(
             total_steps=config.max_steps,
             header={"envs": envs},
         )
-        critic = critic_strategy(config, path, workers) if config.adv_estimator == "gae" else None
     except BaseException:
         workers.shutdown()
         raise

@@ -1,11 +1,11 @@
 """Build small chat models locally: a byte-level BPE tokenizer trained on the
 envs' own text (:mod:`agentgym.models.tokenizer`), a chat template, and a
-randomly initialised Qwen2 model.
+randomly initialised Qwen2 model, warm-started on expert demonstrations if asked
+(:mod:`agentgym.models.warmstart`).
 
 No hub is needed. The models satisfy vLLM-on-CPU's constraints (head_dim >= 32,
-untied embeddings), so every backend can serve them. :func:`ensure_tiny_model`
-builds one on first use, optionally warm-starts it on expert demonstrations
-(:mod:`agentgym.models.warmstart`), and caches it.
+untied embeddings), so every backend can serve them. :mod:`agentgym.models.cache`
+builds one on first use and caches it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from agentgym.models.tokenizer import (
     SPECIAL_TOKENS,
     build_tokenizer,
     env_corpus,
-    instruction_lines,
 )
 
 if TYPE_CHECKING:
@@ -30,13 +29,12 @@ if TYPE_CHECKING:
 __all__ = [
     "MARKUP_TOKENS",
     "SPECIAL_TOKENS",
-    "TINY_VERSION",
     "TinyModelSpec",
     "build_model",
     "build_tiny_model",
     "build_tokenizer",
-    "ensure_tiny_model",
     "env_corpus",
+    "save_tiny_model",
 ]
 
 
@@ -126,8 +124,16 @@ def build_tiny_model(
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
     """
-    path = Path(path)
     tokenizer = build_tokenizer(corpus, spec.vocab_size, spec.chat_template, phrases)
+    return save_tiny_model(tokenizer, spec, path, warm_start)
+
+
+def save_tiny_model(
+    tokenizer: Any, spec: TinyModelSpec, path: str | Path, warm_start: WarmStartSpec | None = None
+) -> Path:
+    """A random model sized by ``spec`` for ``tokenizer``, warm-started if asked, saved with
+    the tokenizer to ``path``; ``path``."""
+    path = Path(path)
     model = build_model(tokenizer, spec)
     if warm_start is not None and warm_start.steps:
         from transformers import AutoTokenizer
@@ -151,78 +157,4 @@ def build_tiny_model(
         )
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    return path
-
-
-TINY_VERSION = 3
-"""Bump when the corpus or the build changes, so cached models are rebuilt."""
-
-
-DEFAULT_CORPUS_ENVS = ("sokoban", "frozen_lake")
-"""Envs whose text trains the BPE of a model without a warm start."""
-
-_KEY_DEFAULTS = {"history_length": 0}
-"""Warm-start fields added after models were cached: in the cache key only when set
-otherwise, so that the folders of earlier recipes stay valid."""
-
-
-def ensure_tiny_model(
-    spec: TinyModelSpec,
-    cache_dir: str | Path,
-    envs: Iterable[str] | None = None,
-    warm_start: WarmStartSpec | None = None,
-) -> Path:
-    """The tiny model for ``spec``, built on first use and cached under ``cache_dir``.
-
-    The folder name is a hash of the spec, the corpus envs, the warm start and
-    :data:`TINY_VERSION`; a build goes to a temporary folder renamed into
-    place, so concurrent or interrupted builds never leave a half-written model.
-
-    Args:
-        spec: The model's shape.
-        cache_dir: The cache folder (``~`` is expanded).
-        envs: Envs whose text trains the BPE; None: the warm start's envs (the
-            envs the model will play), or :data:`DEFAULT_CORPUS_ENVS` without one.
-        warm_start: Supervised warm start; None: random weights.
-
-    Returns:
-        The model folder.
-    """
-    import hashlib
-    import json
-    import os
-    import shutil
-    import tempfile
-    from dataclasses import asdict
-
-    if envs is None:
-        envs = DEFAULT_CORPUS_ENVS if warm_start is None else warm_start.envs
-    envs = tuple(envs)
-    recipe = None
-    if warm_start is not None:
-        recipe = asdict(warm_start)
-        for name, default in _KEY_DEFAULTS.items():
-            if recipe[name] == default:
-                del recipe[name]
-    key = json.dumps(
-        {"spec": asdict(spec), "envs": envs, "warm_start": recipe, "version": TINY_VERSION},
-        sort_keys=True,
-    )
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    root = Path(cache_dir).expanduser()
-    path = root / f"tiny-{digest}"
-    if (path / "config.json").is_file():
-        return path
-    root.mkdir(parents=True, exist_ok=True)
-    print(f"building the tiny model (once; cached as {path})", flush=True)
-    building = Path(tempfile.mkdtemp(prefix=f".tiny-{digest}-", dir=root))
-    try:
-        phrases = instruction_lines(envs) if spec.phrase_tokens else []
-        build_tiny_model(env_corpus(envs), spec, building, warm_start, phrases)
-        os.replace(building, path)
-    except OSError:
-        if not (path / "config.json").is_file():  # not a concurrent build that won the race
-            raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
     return path

@@ -12,7 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import agentgym
 from agentgym.envs.parsing import parse_response
-from agentgym.models.tiny import TinyModelSpec, build_tiny_model, ensure_tiny_model
+from agentgym.models.cache import ensure_tiny_model
+from agentgym.models.tiny import TinyModelSpec, build_tiny_model
 from agentgym.models.tokenizer import env_corpus, instruction_lines
 from agentgym.models.warmstart import (
     IGNORE_INDEX,
@@ -286,7 +287,7 @@ def test_the_default_recipe_keeps_its_cache_folder(tmp_path: Path) -> None:
     import json
     from dataclasses import asdict
 
-    from agentgym.models.tiny import TINY_VERSION
+    from agentgym.models.cache import TINY_VERSION
 
     spec, recipe = TinyModelSpec(), WarmStartSpec(steps=0)
     earlier = {k: v for k, v in asdict(recipe).items() if k != "history_length"}

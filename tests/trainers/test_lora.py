@@ -14,8 +14,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentgym.builders.model import strategy_settings
 from agentgym.builders.recipe import default_grpo_config
+from agentgym.builders.strategies import strategy_settings
 from agentgym.choices import parse_lora_target
 from agentgym.errors import ConfigError
 from agentgym.formats.fit import Machine, fit_to_machine

@@ -13,7 +13,7 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from agentgym.builders.model import strategy_settings
+from agentgym.builders.strategies import strategy_settings
 from agentgym.schema import validate
 from agentgym.trainers.strategies.optim import (
     LR_SCHEDULERS,
