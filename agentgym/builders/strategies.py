@@ -3,7 +3,6 @@ this process or as rank groups on the cluster, with the settings each role's key
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,13 +85,6 @@ def critic_strategy(config: TrainConfig, path: Path, cluster: Cluster | None = N
     return built
 
 
-LOCAL_BUILDERS: dict[str, Callable[..., Any]] = {
-    "actor_train": build_strategy,
-    "critic": build_critic,
-}
-"""Each training role's strategy table, for a strategy in this process."""
-
-
 def _role_strategy(
     config: TrainConfig,
     role_name: str,
@@ -105,7 +97,8 @@ def _role_strategy(
     rank per device of the role's ``device_mapping`` on ``cluster``."""
     options = getattr(config, role_name).strategy_args.strategy_config
     if cluster is None or cluster.kind == "local":
-        return LOCAL_BUILDERS[role_name](name, path, options, **settings)
+        build = {"actor_train": build_strategy, "critic": build_critic}[role_name]
+        return build(name, path, options, **settings)
     return start_rank_group(
         cluster,
         role_name,
