@@ -18,7 +18,10 @@ with ``RolloutBatch.input_ids`` and ``loss_mask`` is 1 exactly on generated toke
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 import torch
 from torch import Tensor
@@ -26,6 +29,15 @@ from torch import Tensor
 from agentgym.errors import check_choice
 
 WHITEN_EPSILON = 1e-8
+
+
+class EstimatorOptions(TypedDict, total=False):
+    """The options an estimator may read (:func:`compute_advantages` passes both)."""
+
+    gamma: float
+    """The discount per generated token (REINFORCE, GAE)."""
+    baseline: bool
+    """Subtract a baseline (REINFORCE)."""
 
 
 class AdvantageEstimator(Protocol):
@@ -37,9 +49,7 @@ class AdvantageEstimator(Protocol):
         token_rewards: Tensor,
         loss_mask: Tensor,
         /,
-        *,
-        gamma: float = 1.0,
-        baseline: bool = False,
+        **options: Unpack[EstimatorOptions],
     ) -> Tensor:
         """Return ``[B, T]`` advantages (0 off ``loss_mask``); the three tensors come
         by position, whatever an estimator names them."""

@@ -101,7 +101,7 @@ def train(config: GRPOConfig, parts: TrainParts, *, resume: bool | str = False) 
         while step < schedule.max_steps:
             step += 1
             started = time.perf_counter()
-            parts.strategy.train(False)
+            parts.strategy.set_training(False)
             rollout = loop.run_until_complete(source.next_batch(step))
             metrics = rollout.metrics
             metrics["train/failed"] = check_failures(config, rollout.trajectories, step)
@@ -186,7 +186,7 @@ def evaluate_step(
     if parts.val is None:
         return
     val, source = parts.val, parts.source
-    parts.strategy.train(False)
+    parts.strategy.set_training(False)
     played = loop.run_until_complete(source.paused(lambda: evaluate(val, version=step)))
     check_failures(config, played.result.trajectories, step)
     metrics = played.metrics

@@ -190,9 +190,9 @@ class GroupRank:
         """Every rank restores the checkpoint."""
         self.strategy.load(Path(directory))
 
-    def train(self, mode: bool = True) -> None:
-        """The model to training or evaluation mode."""
-        self.strategy.train(mode)
+    def set_training(self, training: bool) -> None:
+        """The model to training (``True``) or evaluation mode."""
+        self.strategy.set_training(training)
 
     def close(self) -> None:
         """Leave the process group."""
@@ -280,9 +280,9 @@ class RankGroup:
         """Every rank loads the checkpoint."""
         self.call_all("load", str(directory))
 
-    def train(self, mode: bool = True) -> None:
-        """Every rank's model to training or evaluation mode."""
-        self.call_all("train", mode)
+    def set_training(self, training: bool) -> None:
+        """Every rank's model to training (``True``) or evaluation mode."""
+        self.call_all("set_training", training)
 
     def close(self) -> None:
         """Every rank leaves the process group."""

@@ -152,7 +152,9 @@ def test_the_phase_is_the_recipes_innermost_function_on_the_stack(tmp_path: Path
     def interrupt(mode: bool) -> None:
         raise KeyboardInterrupt
 
-    parts = SimpleNamespace(strategy=SimpleNamespace(train=interrupt), val=object(), source=None)
+    parts = SimpleNamespace(
+        strategy=SimpleNamespace(set_training=interrupt), val=object(), source=None
+    )
     loop = asyncio.new_event_loop()
     try:
         with pytest.raises(KeyboardInterrupt) as raised:

@@ -167,8 +167,8 @@ class Strategy(Protocol):
         """Restore what :meth:`save` wrote."""
         ...
 
-    def train(self, mode: bool = True) -> None:
-        """Switch the model to training (dropout on) or evaluation mode."""
+    def set_training(self, training: bool) -> None:
+        """Switch the model to training (dropout on, ``True``) or evaluation mode."""
         ...
 
 
@@ -251,8 +251,8 @@ class RankStrategy(Protocol):
         """Restore what :meth:`save` wrote."""
         ...
 
-    def train(self, mode: bool = True) -> None:
-        """Training or evaluation mode."""
+    def set_training(self, training: bool) -> None:
+        """Training (``True``) or evaluation mode."""
         ...
 
 
@@ -335,9 +335,9 @@ class PolicyBase(ABC):
         0 off the loss mask, on ``budget``'s micro-batches (None: the strategy's
         ``micro_batch_size`` rows each)."""
 
-    def train(self, mode: bool = True) -> None:
-        """Training (dropout on) or evaluation mode of the policy."""
-        self.model.train(mode)
+    def set_training(self, training: bool) -> None:
+        """Training (dropout on, ``True``) or evaluation mode of the policy."""
+        self.model.train(training)
 
     def logprobs(self, batch: RolloutBatch, budget: TokenBudget | None = None) -> torch.Tensor:
         """``[B, T]`` log-probabilities of this rank's ``batch`` under the current weights

@@ -83,9 +83,9 @@ class TorchCritic:
             self.model.gradient_checkpointing_enable()
         self.optimizer, self.scheduler = build_optimizer(self.model, self.settings.optimizer)
 
-    def train(self, mode: bool = True) -> None:
-        """Training or evaluation mode of the value model."""
-        self.model.train(mode)
+    def set_training(self, training: bool) -> None:
+        """Training (``True``) or evaluation mode of the value model."""
+        self.model.train(training)
 
     @torch.no_grad()
     def values(self, batch: RolloutBatch) -> torch.Tensor:
