@@ -223,7 +223,7 @@ def write_table(rows: list[BenchRow], folder: Path) -> tuple[Path, Path]:
     return table, data
 
 
-def bench(config: TrainConfig, given: Iterable[str] = ()) -> list[BenchRow]:
+def bench_checkpoints(config: TrainConfig, given: Iterable[str] = ()) -> list[BenchRow]:
     """Bench the run in ``config.output_dir``: play each :func:`candidates` model as
     ``agentgym.eval`` would, log ``bench/*`` by step, write the table and the plot.
 
@@ -292,8 +292,8 @@ def bench(config: TrainConfig, given: Iterable[str] = ()) -> list[BenchRow]:
 
 
 def run_bench(config: TrainConfig, given: Iterable[str], started: float) -> None:
-    """``mode: bench`` from ``python -m agentgym.train``: :func:`bench` and where things are."""
-    rows = bench(config, given)
+    """``mode: bench`` from ``python -m agentgym.train``: :func:`bench_checkpoints` and where things are."""
+    rows = bench_checkpoints(config, given)
     log = Path(config.output_dir).expanduser() / BENCH_DIR / "bench.log"
     echo(f"benched {len(rows)} models in {time.perf_counter() - started:.0f} s", log)
     echo(f"metrics: {Path(config.logging_dir) / METRICS_FILE} (bench/*)", log)

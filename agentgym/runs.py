@@ -21,7 +21,7 @@ from agentgym.builders.train import build_train
 from agentgym.console import echo
 from agentgym.errors import ConfigError
 from agentgym.eval import given_keys
-from agentgym.job.explore import explore
+from agentgym.job.explorer import explore
 from agentgym.library_logging import LIBRARY_LOG_FILE, library_logs
 from agentgym.plot import plot_validation, read_metrics
 from agentgym.schema import TrainConfig

@@ -112,7 +112,7 @@ def explore_long_tail(overrides: list[str]) -> None:
     import torch
 
     from agentgym.builders.explore import build_explorer
-    from agentgym.job.explore import explore
+    from agentgym.job.explorer import explore
 
     torch.set_num_threads(TORCH_THREADS)
     config, raw = checked(overrides)

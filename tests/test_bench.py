@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentgym.bench import bench, candidates
+from agentgym.bench import bench_checkpoints, candidates
 from agentgym.errors import ConfigError
 from agentgym.schema import TrainConfig, validate
 from tests.forkserver import run_python
@@ -155,7 +155,7 @@ def test_bench_on_latest_checkpoint_evaluates_only_the_newest(
     run: Path, benched: dict[str, Any]
 ) -> None:
     config = bench_config(run, explorer={"name": "explorer", "bench_on_latest_checkpoint": True})
-    rows = bench(config)
+    rows = bench_checkpoints(config)
     assert [(row.step, row.name) for row in rows] == [(2, "checkpoint-2")]
     newest = next(row for row in benched["rows"] if row["name"] == "checkpoint-2")
     assert rows[0].metrics == pytest.approx(newest["metrics"], abs=0)

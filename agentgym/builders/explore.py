@@ -14,9 +14,9 @@ from agentgym.builders.engines import run_engines
 from agentgym.builders.env_check import check_envs
 from agentgym.builders.job import experience_buffer, weight_channel
 from agentgym.builders.model import model_path
-from agentgym.builders.rollouts import rollouts
+from agentgym.builders.rollouts import build_rollouts
 from agentgym.builders.run_folder import open_run_folder
-from agentgym.job.explore import ExplorerParts, close_all
+from agentgym.job.explorer import ExplorerParts, close_all
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.schema import TrainConfig
 
@@ -32,7 +32,7 @@ def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerPar
     try:
         backend = run_engines(config, path, output_dir, workers)
         chat = ChatTokenizer(AutoTokenizer.from_pretrained(str(path)))
-        train, val = rollouts(config, backend, chat, workers)
+        train, val = build_rollouts(config, backend, chat, workers)
         closers[:0] = [r.manager.close for r in (train, val) if r is not None]
         tracker = open_run_folder(
             config, resolved, exp_name=f"{config.exp_name}-{config.explorer.name}"

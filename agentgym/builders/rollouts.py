@@ -119,7 +119,7 @@ def rollout_source(config: TrainConfig, train: Rollout) -> RolloutSource:
     return SyncSource(train)
 
 
-def rollouts(
+def build_rollouts(
     config: TrainConfig, backend: GenerationBackend, chat: ChatTokenizer, cluster: Cluster
 ) -> tuple[Rollout, Rollout | None]:
     """A mode's train and validation episodes on ``backend`` (no validation envs when

@@ -13,7 +13,7 @@ from agentgym.builders.env_check import check_envs
 from agentgym.builders.job import trainer_source
 from agentgym.builders.model import model_path
 from agentgym.builders.recipe import grpo_config, kl_controller
-from agentgym.builders.rollouts import rollout_source, rollouts
+from agentgym.builders.rollouts import build_rollouts, rollout_source
 from agentgym.builders.run_folder import open_run_folder
 from agentgym.builders.strategies import critic_strategy, policy_strategy
 from agentgym.registry import env_versions
@@ -71,7 +71,7 @@ def build_train(
             backend = run_engines(config, path, output_dir, workers)
             print(f"generation backend: {config.backend_name}; model: {path}", flush=True)
             chat = ChatTokenizer(tokenizer)
-            train, val = rollouts(config, backend, chat, workers)
+            train, val = build_rollouts(config, backend, chat, workers)
             source = rollout_source(config, train)
         tracker = open_run_folder(
             config,

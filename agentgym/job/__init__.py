@@ -1,7 +1,7 @@
 """The decoupled job (``mode: explore | train``, Trinity-RFT's explorer and trainer as
 separate processes): where its processes meet, and what passes between them.
 
-* :mod:`~agentgym.job.explore`: the explorer's loop (``mode: explore``);
+* :mod:`~agentgym.job.explorer`: the explorer's loop (``mode: explore``);
 * :mod:`~agentgym.job.buffer_source`: the trainer's rollout source (``mode: train``);
 * :mod:`~agentgym.job.buffer`: the experience buffer (SQLite: complete groups in slots,
   exactly-once leases), :mod:`~agentgym.job.ray_job` its Ray actor (``queue``) and the

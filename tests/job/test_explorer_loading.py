@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from agentgym.job.explore import ExplorerSession
+from agentgym.job.explorer import ExplorerSession
 from agentgym.job.published_weights import Published, WeightsGoneError
 
 NAMES = ("a", "b", "c")

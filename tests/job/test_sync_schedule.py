@@ -19,7 +19,7 @@ import torch
 from agentgym.errors import ConfigError
 from agentgym.job.buffer import ExperienceBuffer
 from agentgym.job.buffer_source import BufferSource
-from agentgym.job.explore import ExplorerSession
+from agentgym.job.explorer import ExplorerSession
 from agentgym.job.published_weights import FolderChannel, WeightPublisher
 from agentgym.job.schedule import SyncSchedule
 from agentgym.schema import validate
