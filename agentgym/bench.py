@@ -7,7 +7,7 @@ complete checkpoint under ``<output_dir>/checkpoints`` (or, with
 ``explorer.bench_on_latest_checkpoint=true``, only the newest), each exactly as
 ``python -m agentgym.eval model.path=<that checkpoint>`` would: the same
 settings read from the checkpoint's saved ``train_config.yaml``, the same fixed
-seeds and sampling (:func:`agentgym.eval.play`). It logs ``bench/<tag>/<metric>``
+seeds and sampling (:func:`agentgym.eval.evaluate_policy`). It logs ``bench/<tag>/<metric>``
 at each checkpoint's step into the run's metrics, and writes a table
 (``bench/bench.md``, ``bench/bench.json``) and a plot (``bench/bench.png``) in
 the run's folder. See docs/bench.md.
@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from agentgym.builders.model import model_path
 from agentgym.console import echo
 from agentgym.errors import ConfigError
-from agentgym.eval import play, print_report, resolve_model
+from agentgym.eval import evaluate_policy, print_report, resolve_model
 from agentgym.fileio import write_atomic, write_json_atomic
 from agentgym.plot import plot_curves
 from agentgym.rollout.metrics import failure_report
@@ -267,7 +267,7 @@ def bench_checkpoints(config: TrainConfig, given: Iterable[str] = ()) -> list[Be
     ) as tracker:
         for candidate in chosen:
             echo(f"step {candidate.step}: {candidate.name} ({candidate.model})", log)
-            played = play(
+            played = evaluate_policy(
                 eval_settings(config, candidate.model),
                 candidate.model,
                 candidate.run_config,
@@ -292,7 +292,8 @@ def bench_checkpoints(config: TrainConfig, given: Iterable[str] = ()) -> list[Be
 
 
 def run_bench(config: TrainConfig, given: Iterable[str], started: float) -> None:
-    """``mode: bench`` from ``python -m agentgym.train``: :func:`bench_checkpoints` and where things are."""
+    """``mode: bench`` from ``python -m agentgym.train``: :func:`bench_checkpoints`, and
+    where things are."""
     rows = bench_checkpoints(config, given)
     log = Path(config.output_dir).expanduser() / BENCH_DIR / "bench.log"
     echo(f"benched {len(rows)} models in {time.perf_counter() - started:.0f} s", log)

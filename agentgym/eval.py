@@ -205,7 +205,7 @@ def build_policy(
     return backend, tokenizer, f"model {model} on {config.backend_name}"
 
 
-async def play_episodes(
+async def evaluate_envs(
     config: TrainConfig, backend: GenerationBackend, tokenizer: Any
 ) -> RolloutResult:
     """Play the validation episodes (group size 1, fixed seeds) as a run validates them
@@ -239,8 +239,8 @@ def given_keys() -> set[str]:
 
 
 @dataclass(frozen=True)
-class Played:
-    """What :func:`play` played.
+class PolicyEvaluation:
+    """What :func:`evaluate_policy` played.
 
     Attributes:
         config: The settings it played with.
@@ -255,9 +255,9 @@ class Played:
     result: RolloutResult
 
 
-def play(
+def evaluate_policy(
     cfg: DictConfig, model: Path | None, run_config: dict[str, Any] | None, given: set[str]
-) -> Played:
+) -> PolicyEvaluation:
     """Settle the settings (:func:`eval_config`), build the policy and play the
     validation episodes: what ``python -m agentgym.eval`` does before it reports.
 
@@ -277,14 +277,14 @@ def play(
             f"{config.val_batch_size} episodes, seed {config.seed}"
         )
     backend, tokenizer, policy = build_policy(cfg, config, model)
-    result = asyncio.run(play_episodes(config, backend, tokenizer))
-    return Played(config, policy, tokenizer, result)
+    result = asyncio.run(evaluate_envs(config, backend, tokenizer))
+    return PolicyEvaluation(config, policy, tokenizer, result)
 
 
 def run(cfg: DictConfig) -> None:
     """Resolve the policy and the settings, play, report, render and dump."""
     model, run_config = resolve_model(cfg.model.path) if cfg.model.path else (None, None)
-    played = play(cfg, model, run_config, given_keys())
+    played = evaluate_policy(cfg, model, run_config, given_keys())
     config, policy, tokenizer, result = (
         played.config,
         played.policy,
