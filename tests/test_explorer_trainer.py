@@ -258,19 +258,19 @@ def test_gpus_placed_with_the_model_on_the_cpu_fail_naming_model_device() -> Non
 def test_file_storage_is_the_sql_store_with_a_jsonl_copy_in_the_job_folder(
     tmp_path: Path,
 ) -> None:
-    from agentgym.builders.job import experience_buffer
+    from agentgym.builders.job import connect_to_job
 
     config = validate(composed("buffer.storage_type=file", f"checkpoint_root_dir={tmp_path}"))
-    buffer = experience_buffer(config)
+    buffer = connect_to_job(config).buffer
     assert isinstance(buffer, ExperienceBuffer)
     assert buffer.copy_to == config.job_dir.absolute() / "experiences.jsonl"
     assert buffer.path == buffer.copy_to.with_suffix(".sqlite")
     named = validate(
         composed("buffer.storage_type=file", f"buffer.path={tmp_path / 'out' / 'exp.jsonl'}")
     )
-    assert experience_buffer(named).path == tmp_path / "out" / "exp.sqlite"
+    assert connect_to_job(named).buffer.path == tmp_path / "out" / "exp.sqlite"
     folder = validate(composed("buffer.storage_type=file", f"buffer.path={tmp_path / 'exps'}"))
-    assert experience_buffer(folder).path == tmp_path / "exps" / "experiences.sqlite"
+    assert connect_to_job(folder).buffer.path == tmp_path / "exps" / "experiences.sqlite"
 
 
 def test_a_second_explorer_joins_mid_run_and_leaves_without_stopping_the_trainer(

@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 from agentgym.builders.cluster import build_cluster
 from agentgym.builders.engines import run_engines
 from agentgym.builders.env_check import check_envs
-from agentgym.builders.job import experience_buffer, weight_channel
+from agentgym.builders.job import connect_to_job
 from agentgym.builders.model import model_path
 from agentgym.builders.rollouts import build_rollouts
 from agentgym.builders.run_folder import open_run_folder
@@ -46,11 +46,12 @@ def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerPar
         f"generation backend: {config.backend_name}; model: {path}",
         flush=True,
     )
+    job = connect_to_job(config)
     return ExplorerParts(
         name=config.explorer.name,
         job_dir=config.job_dir,
-        buffer=experience_buffer(config),
-        weights=weight_channel(config),
+        buffer=job.buffer,
+        weights=job.weights,
         train=train,
         val=val,
         tracker=tracker,

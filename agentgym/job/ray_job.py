@@ -351,3 +351,13 @@ class MemoryChannel:
         """The trainer's last version (None: still training)."""
         last: int | None = self._ray.get(self.actor.finished.remote())
         return last
+
+
+def job_actors(
+    job: str, *, address: str | None, buffer_path: Path | None, weights: bool
+) -> tuple[RayExperienceBuffer | None, MemoryChannel | None]:
+    """This process's ends of the job's Ray actors: the experience buffer an actor serves
+    from ``buffer_path`` (``buffer.storage_type: queue``; None: not this job's) and the
+    weight channel (``synchronizer.sync_method: memory``; False: not this job's)."""
+    buffer = RayExperienceBuffer(job, buffer_path, address=address) if buffer_path else None
+    return buffer, MemoryChannel(job, address=address) if weights else None
