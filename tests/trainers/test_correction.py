@@ -5,6 +5,7 @@ train–inference metrics, the staleness summary, and the schema's keys."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -194,6 +195,26 @@ def test_schema_keys_are_rolls_and_default_off() -> None:
         validate({"train_infer_correction": {"is_weight": {"weight_type": "geometrc"}}})
 
 
+class ProximalPolicy:
+    """The trainer's π_old for prepare_batch: log π_prox = -1 on every token."""
+
+    def logprobs(self, batch: object, budget: object = None) -> torch.Tensor:
+        return torch.full(batch.input_ids.shape, -1.0)  # type: ignore[attr-defined]
+
+
+def filtered_episodes() -> list[Any]:
+    """One group of two episodes; engine logprobs -2, -1, -0.5: ratios e, 1, e^-0.5 to
+    :class:`ProximalPolicy`."""
+    from agentgym.trajectory import Trajectory, Turn
+
+    return [
+        Trajectory("sokoban", "tag", group_id=0, seed=0, score=1.0,
+                   turns=[Turn([5, 6], [7, 8], [-2.0, -1.0], "", "stop", reward=1.0)]),
+        Trajectory("sokoban", "tag", group_id=0, seed=0, score=0.0,
+                   turns=[Turn([5, 6], [9], [-0.5], "", "stop", reward=0.0)]),
+    ]  # fmt: skip
+
+
 def test_prepare_batch_applies_the_correction_after_the_advantages() -> None:
     # the recipe's wiring: decoupled π_old, token weights, a token filter on the loss mask
     from types import SimpleNamespace
@@ -202,18 +223,8 @@ def test_prepare_batch_applies_the_correction_after_the_advantages() -> None:
     from agentgym.builders.recipe import default_grpo_config
     from agentgym.trainers.batch_prep import prepare_batch
     from agentgym.trainers.grpo import TrainParts
-    from agentgym.trajectory import Trajectory, Turn
 
-    class Trainer:  # the proximal policy: log π_prox = -1 on every token
-        def logprobs(self, batch: object, budget: object = None) -> torch.Tensor:
-            return torch.full(batch.input_ids.shape, -1.0)  # type: ignore[attr-defined]
-
-    episodes = [  # engine logprobs -2, -1, -0.5: ratios e, 1, e^-0.5
-        Trajectory("sokoban", "tag", group_id=0, seed=0, score=1.0,
-                   turns=[Turn([5, 6], [7, 8], [-2.0, -1.0], "", "stop", reward=1.0)]),
-        Trajectory("sokoban", "tag", group_id=0, seed=0, score=0.0,
-                   turns=[Turn([5, 6], [9], [-0.5], "", "stop", reward=0.0)]),
-    ]  # fmt: skip
+    episodes = filtered_episodes()
     config = default_grpo_config(
         drop_zero_variance_groups=False, step_advantage_weight=0.0, step_score="turn",
         old_logprobs="trainer",
@@ -221,7 +232,7 @@ def test_prepare_batch_applies_the_correction_after_the_advantages() -> None:
             ISWeight("token", 2.0), (RatioFilter("token", (0.5, 2.0), None),)
         ),
     )  # fmt: skip
-    parts = cast(TrainParts, SimpleNamespace(strategy=Trainer(), pad_token_id=0))
+    parts = cast(TrainParts, SimpleNamespace(strategy=ProximalPolicy(), pad_token_id=0))
     metrics: dict[str, float] = {}
     batch = prepare_batch(config, parts, episodes, metrics)
     assert batch is not None and batch.is_weights is not None and batch.advantages is not None
@@ -243,22 +254,12 @@ def test_the_critic_learns_from_the_tokens_the_filter_takes_out_of_the_policys_l
     from agentgym.trainers.batch_prep import prepare_batch
     from agentgym.trainers.grpo import TrainParts
     from agentgym.trainers.rewards import RunningMoments
-    from agentgym.trajectory import Trajectory, Turn
-
-    class Trainer:  # log π_prox = -1 on every token
-        def logprobs(self, batch: object, budget: object = None) -> torch.Tensor:
-            return torch.full(batch.input_ids.shape, -1.0)  # type: ignore[attr-defined]
 
     class Critic:  # values 0.5 everywhere
         def values(self, batch: object) -> torch.Tensor:
             return torch.full(batch.input_ids.shape, 0.5)  # type: ignore[attr-defined]
 
-    episodes = [
-        Trajectory("sokoban", "tag", group_id=0, seed=0, score=1.0,
-                   turns=[Turn([5, 6], [7, 8], [-2.0, -1.0], "", "stop", reward=1.0)]),
-        Trajectory("sokoban", "tag", group_id=0, seed=0, score=0.0,
-                   turns=[Turn([5, 6], [9], [-0.5], "", "stop", reward=0.0)]),
-    ]  # fmt: skip
+    episodes = filtered_episodes()
     config = default_grpo_config(
         adv_estimator="gae", drop_zero_variance_groups=False, step_advantage_weight=0.0,
         old_logprobs="trainer",
@@ -267,7 +268,10 @@ def test_the_critic_learns_from_the_tokens_the_filter_takes_out_of_the_policys_l
     parts = cast(
         TrainParts,
         SimpleNamespace(
-            strategy=Trainer(), critic=Critic(), pad_token_id=0, reward_moments=RunningMoments()
+            strategy=ProximalPolicy(),
+            critic=Critic(),
+            pad_token_id=0,
+            reward_moments=RunningMoments(),
         ),
     )
     batch = prepare_batch(config, parts, episodes, {})
