@@ -13,6 +13,10 @@ from agentgym.errors import check_choice
 SAMPLE_MODES = ("trajectory", "step")
 """``rollout_mode``: one sample per episode with the full history, or one per turn."""
 
+AGENT_KINDS = ("env", "proxy")
+"""``agent.kind``: who plays the episodes: the env manager's own loop, or an agent
+through the OpenAI-compatible proxy (:mod:`agentgym.proxy`)."""
+
 STEP_SCORES = ("turn", "episode")
 """What a ``step``-mode sample is judged by: its turn's reward, or its episode's score."""
 

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from agentgym.choices import (
+    AGENT_KINDS,
     GROUPINGS,
     LR_SCHEDULER_TYPES,
     NORMALIZATIONS,
@@ -313,6 +314,22 @@ class Validation(Section):
     temperature: NonNegativeFloat = 1.0
     renders: NonNegativeInt = 4
     on_startup: Bool = True
+
+
+class Agent(Section):
+    """``agent``: who plays the episodes (``agent=env`` or ``agent=proxy``).
+
+    ``env`` is the env manager's own loop. ``proxy`` hands each episode to an agent
+    runner that plays through the OpenAI-compatible proxy, which records the policy's
+    tokens exactly (docs/agents.md): ``runner`` is ``env`` (the built-in runner that
+    plays the registered env) or an import path ``package.module:Class``.
+    """
+
+    kind: Choice("agent.kind", AGENT_KINDS) = "env"  # type: ignore[valid-type]
+    runner: str = "env"
+    timeout: PositiveFloat = 600.0
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 0
 
 
 class Buffer(Section):

@@ -46,6 +46,7 @@ from agentgym.config_checks import (
 from agentgym.config_sections import (
     MANAGER_ALIASES,
     OLD_LOGPROBS,
+    Agent,
     Bool,
     Buffer,
     Choice,
@@ -90,6 +91,7 @@ class TrainConfig(Section):
     name: str | None = None
     checkpoint_root_dir: str = "checkpoints"
     buffer: Buffer = Buffer()
+    agent: Agent = Agent()
     synchronizer: Synchronizer = Synchronizer()
     explorer: Explorer = Explorer()
     seed: int = 42

@@ -25,14 +25,16 @@ TERMINATION_REASONS = (
     "max_length",
     "env_error",
     "generation_error",
+    "agent_error",
 )
 """Why a trajectory ended: the env finished it (``terminated``), the env's own
 step limit (``truncated``), the rollout's limits (``max_turns``,
 ``max_actions``, ``max_length``: the next turn would not fit in
-``sequence_length``), or a failure (``env_error``, ``generation_error``)."""
+``sequence_length``), or a failure (``env_error``, ``generation_error``, and
+``agent_error``: an agent behind the proxy raised, hung or never called the model)."""
 
 TRUNCATION_REASONS = frozenset({"truncated", "max_turns", "max_actions", "max_length"})
-FAILURE_REASONS = frozenset({"env_error", "generation_error"})
+FAILURE_REASONS = frozenset({"env_error", "generation_error", "agent_error"})
 
 
 @dataclass
@@ -55,6 +57,9 @@ class Turn:
         observation: The observation text the response answered.
         policy_version: The weights version that generated the response (with
             ``async_generation_ratio > 0`` the turns of one episode may differ).
+        starts_sample: ``trajectory`` mode: this turn begins a new sample, and
+            ``prompt_ids`` is its whole prompt (an agent behind the proxy rewrote its
+            history, so the turn's prompt does not extend the previous sample).
     """
 
     prompt_ids: list[int]
@@ -67,6 +72,7 @@ class Turn:
     actions: list[str] = field(default_factory=list)
     observation: str = ""
     policy_version: int = 0
+    starts_sample: bool = False
 
 
 @dataclass
@@ -149,6 +155,10 @@ class Trajectory:
     def samples(self, step_score: str = "turn", step_gamma: float = 1.0) -> list[Sample]:
         """Training samples: the whole episode, or one per turn in ``step`` mode.
 
+        In ``trajectory`` mode a turn that :attr:`Turn.starts_sample` begins a new
+        sample (an agent rewrote its history); each sample is judged by the episode's
+        score.
+
         Args:
             step_score: ``step`` mode: each sample's score is its turn's reward
                 (``"turn"``) or the episode's score (``"episode"``, so that every
@@ -173,7 +183,12 @@ class Trajectory:
                 )
                 for i, turn in enumerate(self.turns)
             ]
-        return [_sample(self, self.turns, self.score, returns[0])] if self.turns else []
+        starts = [i for i, turn in enumerate(self.turns) if i == 0 or turn.starts_sample]
+        ends = [*starts[1:], len(self.turns)] if starts else []
+        return [
+            _sample(self, self.turns[start:end], self.score, returns[start])
+            for start, end in zip(starts, ends, strict=True)
+        ]
 
 
 @dataclass(frozen=True)

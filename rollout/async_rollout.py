@@ -34,7 +34,13 @@ from typing import TYPE_CHECKING, Any
 from agentgym.rollout.backends.base import Generation, GenerationBackend, SamplingParams
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import Assignment, EnvManager
-from agentgym.rollout.loop import EpisodeRunner, RolloutConfig, RolloutResult, play_env
+from agentgym.rollout.loop import (
+    EpisodeRunner,
+    PlayerFactory,
+    RolloutConfig,
+    RolloutResult,
+    play_env,
+)
 from agentgym.rollout.metrics import rollout_metrics
 from agentgym.trajectory import Trajectory
 
@@ -264,6 +270,7 @@ class AsyncRollout:
         ratio: ``async_generation_ratio`` (k ≥ 0).
         first_batch: The first batch's index: the step resumed from (0 for a new run);
             the client's version must be the same.
+        players: Who plays each episode (default: the env manager's own loop).
 
     Raises:
         ValueError: With the manager's ``additional_groups`` (extra prompts close a
@@ -279,6 +286,7 @@ class AsyncRollout:
         *,
         ratio: float,
         first_batch: int = 0,
+        players: PlayerFactory | None = None,
     ) -> None:
         if manager.additional_groups:
             raise ValueError(
@@ -293,7 +301,7 @@ class AsyncRollout:
         self.first_batch = first_batch
         stop = tuple(sorted(set(config.sampling.stop_token_ids) | chat.end_of_turn_ids))
         config = replace(config, sampling=replace(config.sampling, stop_token_ids=stop))
-        self.runner = EpisodeRunner(client, chat, config, first_batch)
+        self.runner = (players or EpisodeRunner)(client, chat, config, first_batch)
         self.batch_size = manager.batch_size
         self.admission = AdmissionControl(
             self.batch_size, ratio, accepted=first_batch * self.batch_size
@@ -409,7 +417,8 @@ class AsyncRollout:
         for trained in [b for b in self._cursors if b < batch]:  # a checkpoint reads later ones
             del self._cursors[trained]
         trajectories = sorted(entry.trajectories, key=lambda t: (t.group_id, t.env_index))
-        return RolloutResult(trajectories, rollout_metrics(trajectories))
+        metrics = rollout_metrics(trajectories) | self.runner.metrics(trajectories)
+        return RolloutResult(trajectories, metrics)
 
     async def close(self) -> None:
         """Cancel the episodes in flight (a resume regenerates them) and release the envs."""

@@ -32,5 +32,7 @@ class Evaluation:
 
 async def evaluate(val: Rollout, *, version: int = 0) -> Evaluation:
     """Play the next batch of ``val``'s envs (validation seeds) with policy ``version``."""
-    result = await collect(val.manager, val.backend, val.chat, val.config, policy_version=version)
+    result = await collect(
+        val.manager, val.backend, val.chat, val.config, policy_version=version, players=val.players
+    )
     return Evaluation(result, version)

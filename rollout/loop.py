@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -98,6 +98,36 @@ class RolloutResult:
     metrics: dict[str, float]
 
 
+class EpisodePlayer(Protocol):
+    """Plays one episode on an env and returns its trajectory: the env manager's own
+    loop (:class:`EpisodeRunner`), or an agent behind the OpenAI-compatible proxy
+    (:class:`agentgym.proxy.players.ProxyPlayer`)."""
+
+    env_calls: set[asyncio.Future[Any]]
+    """Env calls still running for cancelled episodes (awaited before the next batch)."""
+
+    async def run(self, assignment: Assignment, env: EnvClient) -> Trajectory:
+        """Play ``assignment`` on ``env``; a failure ends the trajectory, never raises."""
+        ...
+
+    def metrics(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """This kind's own metrics of a batch (beside :func:`rollout_metrics`)."""
+        ...
+
+
+class PlayerFactory(Protocol):
+    """Makes the :class:`EpisodePlayer` of a collection (``EpisodeRunner`` itself is one);
+    the build floor picks it (``agent.kind``)."""
+
+    def __call__(
+        self,
+        backend: GenerationBackend,
+        chat: ChatTokenizer,
+        config: RolloutConfig,
+        policy_version: int,
+    ) -> EpisodePlayer: ...
+
+
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
@@ -120,6 +150,7 @@ async def collect(
     *,
     policy_version: int = 0,
     on_trajectory: Callable[[Trajectory], None] | None = None,
+    players: PlayerFactory | None = None,
 ) -> RolloutResult:
     """Run the manager's next batch of episodes.
 
@@ -130,6 +161,8 @@ async def collect(
         config: Rollout limits and sampling.
         policy_version: Recorded on every trajectory.
         on_trajectory: Called with each trajectory as soon as it is finished.
+        players: Who plays each episode (default: :class:`EpisodeRunner`, the env
+            manager's own loop).
 
     Returns:
         The trajectories and their metrics. A trajectory whose env or
@@ -145,7 +178,7 @@ async def collect(
     pool = env_pool(config.env_workers)
     lockstep = Lockstep(backend, len(manager.slots)) if config.generate_opt_level == 0 else None
     backend = lockstep or backend
-    runner = EpisodeRunner(backend, chat, config, policy_version)
+    runner = (players or EpisodeRunner)(backend, chat, config, policy_version)
     closer = (
         BatchCloser(manager.batch_groups * manager.max_traj_per_env, manager.group_size)
         if manager.additional_groups
@@ -192,7 +225,7 @@ async def collect(
             await asyncio.gather(*runner.env_calls, return_exceptions=True)
         trajectories = closer.batch()
     trajectories.sort(key=lambda t: (t.group_id, t.env_index))
-    metrics = rollout_metrics(trajectories)
+    metrics = rollout_metrics(trajectories) | runner.metrics(trajectories)
     if closer is not None:
         episodes = sum(len(episodes) for episodes in assignments)
         metrics["scheduling/cancelled_episodes"] = float(episodes - closer.finished)
@@ -203,7 +236,7 @@ async def collect(
 async def play_env(
     env: EnvClient,
     episodes: Iterable[tuple[_K, Assignment]],
-    runner: EpisodeRunner,
+    runner: EpisodePlayer,
     finished: Callable[[_K, Trajectory], None],
     *,
     admit: Callable[[_K], AbstractAsyncContextManager[None]] | None = None,
@@ -266,6 +299,10 @@ class EpisodeRunner:
         self.env_calls.add(future)
         future.add_done_callback(self.env_calls.discard)
         return await asyncio.shield(future)
+
+    def metrics(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """None beside :func:`rollout_metrics`."""
+        return {}
 
     def _frames(self, env: EnvClient) -> bool:
         return self.config.record_frames and env.render_mode == "rgb_array"
@@ -382,7 +419,7 @@ class EpisodeRunner:
             if config.max_actions_per_traj is not None and actions >= config.max_actions_per_traj:
                 trajectory.termination_reason = "max_actions"
                 return
-            new_messages = _observation_messages(observation, info)
+            new_messages = observation_messages(observation, info)
             if turn_index + 1 < config.max_turns:
                 messages.extend(new_messages)
 
@@ -393,13 +430,7 @@ class EpisodeRunner:
         tools: list[dict[str, Any]],
     ) -> list[int]:
         """The prompt of a ``step``-mode sample: system, the last turns, the new observation."""
-        assistant_positions = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-        if not assistant_positions or self.config.history_length == 0:
-            start = assistant_positions[-1] + 1 if assistant_positions else 1
-        else:
-            start = assistant_positions[-self.config.history_length :][0]
-            while start > 1 and messages[start - 1]["role"] != "assistant":
-                start -= 1  # keep the observation the first kept response answered
+        start = step_window(messages, self.config.history_length)
         window = [messages[0], *messages[start:]]
         spliced: dict[int, list[int]] = {}
         for offset, message in enumerate(messages[start:], start=1):
@@ -407,7 +438,7 @@ class EpisodeRunner:
             if original not in responses:
                 continue
             if self.config.strip_think_history and _THINK.search(message["content"]):
-                window[offset] = {**message, "content": _THINK.sub("", message["content"])}
+                window[offset] = {**message, "content": strip_think(message["content"])}
             else:
                 spliced[offset] = responses[original]
         return self.chat.render_ids(window, spliced, tools=tools, add_generation_prompt=True)
@@ -439,7 +470,25 @@ def request_seed(base: int, group_id: int, env_index: int, turn: int) -> int:
     return int(state[0] & 0x7FFFFFFF)
 
 
-def _observation_messages(observation: str, info: dict[str, Any]) -> list[Message]:
+def step_window(messages: Sequence[Message], history_length: int) -> int:
+    """Where a ``step``-mode prompt's window of ``messages`` starts (the system prompt,
+    ``messages[0]``, is always kept): the last ``history_length`` turns, each with the
+    observation it answered, then the new observation."""
+    assistant_positions = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    if not assistant_positions or history_length == 0:
+        return assistant_positions[-1] + 1 if assistant_positions else 1
+    start = assistant_positions[-history_length:][0]
+    while start > 1 and messages[start - 1]["role"] != "assistant":
+        start -= 1  # keep the observation the first kept response answered
+    return start
+
+
+def strip_think(text: str) -> str:
+    """``text`` without its ``<think>`` blocks (``strip_think_history``)."""
+    return _THINK.sub("", text)
+
+
+def observation_messages(observation: str, info: dict[str, Any]) -> list[Message]:
     """Tool results become ``tool`` messages; anything else is a ``user`` message."""
     results = info.get("tool_results")
     if results:

@@ -36,7 +36,7 @@ from agentgym.rollout.async_rollout import (
 from agentgym.rollout.backends.base import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
-from agentgym.rollout.loop import RolloutConfig, collect
+from agentgym.rollout.loop import PlayerFactory, RolloutConfig, collect
 from agentgym.rollout.router import sync_breakdown
 from agentgym.trajectory import Trajectory
 
@@ -139,12 +139,16 @@ class Rollout:
         backend: The generation backend.
         chat: The policy's chat template.
         config: Rollout limits and sampling.
+        players: Who plays each episode: None, the env manager's own loop; an agent
+            behind the OpenAI-compatible proxy (``agent.kind: proxy``,
+            :class:`agentgym.proxy.players.ProxyPlayers`).
     """
 
     manager: EnvManager
     backend: GenerationBackend
     chat: ChatTokenizer
     config: RolloutConfig
+    players: PlayerFactory | None = None
 
     def transfer(self, weights: WeightExport) -> Callable[[], Awaitable[None]]:
         """The transfer of ``weights`` (exported when it runs) to :attr:`backend`."""
@@ -182,6 +186,7 @@ class SyncSource:
                 envs.config,
                 policy_version=step - 1,
                 on_trajectory=lambda _: bar.update(1),
+                players=envs.players,
             )
         return StepRollout(result.trajectories, _train_metrics(result.metrics))
 
@@ -255,6 +260,7 @@ class AheadSource:
             envs.config,
             ratio=self.ratio,
             first_batch=step,
+            players=envs.players,
         )
         self.pipeline.start()
 

@@ -7,10 +7,11 @@ from typing import Any
 
 from agentgym.cluster import Cluster
 from agentgym.config_sections import EnvManagerSection, GeneratingArgs
+from agentgym.proxy.players import AgentSettings, ProxyPlayers
 from agentgym.rollout.backends import GenerationBackend, SamplingParams
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvConfig, EnvManager
-from agentgym.rollout.loop import RolloutConfig
+from agentgym.rollout.loop import PlayerFactory, RolloutConfig
 from agentgym.rollout.source import AheadSource, Rollout, RolloutSource, SyncSource
 from agentgym.schema import TrainConfig
 
@@ -39,6 +40,18 @@ def rollout_config(config: TrainConfig, *, validation: bool = False) -> RolloutC
         prefix_check=config.prefix_check,
         record_frames=validation and bool(config.render_save_dir),
         generate_opt_level=config.generate_opt_level,
+    )
+
+
+def episode_players(config: TrainConfig) -> PlayerFactory | None:
+    """Who plays the episodes (``agent.kind``): None, the env manager's own loop; for
+    ``proxy``, agents through the OpenAI-compatible proxy (one server per event loop,
+    shared by the train and validation episodes)."""
+    agent = config.agent
+    if agent.kind == "env":
+        return None
+    return ProxyPlayers(
+        AgentSettings(runner=agent.runner, timeout=agent.timeout, host=agent.host, port=agent.port)
     )
 
 
@@ -77,7 +90,11 @@ def env_manager(
 
 
 def train_rollout(
-    config: TrainConfig, backend: GenerationBackend, chat: ChatTokenizer, cluster: Cluster
+    config: TrainConfig,
+    backend: GenerationBackend,
+    chat: ChatTokenizer,
+    cluster: Cluster,
+    players: PlayerFactory | None = None,
 ) -> Rollout:
     """The train episodes: ``train_env_manager``'s envs (with ROLL's extra groups when
     ``is_use_additional_prompts``), the engines, the train sampling."""
@@ -89,7 +106,7 @@ def train_rollout(
             config.max_additional_running_prompts if config.is_use_additional_prompts else 0
         ),
     )
-    return Rollout(manager, backend, chat, rollout_config(config))
+    return Rollout(manager, backend, chat, rollout_config(config), players)
 
 
 def val_rollout(
@@ -97,6 +114,7 @@ def val_rollout(
     backend: GenerationBackend,
     chat: ChatTokenizer,
     cluster: Cluster | None = None,
+    players: PlayerFactory | None = None,
 ) -> Rollout:
     """The validation episodes: ``val_env_manager``'s envs on fixed seeds (with frames
     for renders when ``render_save_dir`` is set), the validation sampling."""
@@ -107,7 +125,7 @@ def val_rollout(
         fixed_seeds=True,
         render_mode="rgb_array" if config.render_save_dir else None,
     )
-    return Rollout(manager, backend, chat, rollout_config(config, validation=True))
+    return Rollout(manager, backend, chat, rollout_config(config, validation=True), players)
 
 
 def rollout_source(config: TrainConfig, train: Rollout) -> RolloutSource:
@@ -124,5 +142,8 @@ def build_rollouts(
 ) -> tuple[Rollout, Rollout | None]:
     """A mode's train and validation episodes on ``backend`` (no validation envs when
     ``eval_steps`` is 0: nothing would play them)."""
-    train = train_rollout(config, backend, chat, cluster)
-    return train, val_rollout(config, backend, chat, cluster) if config.eval_steps else None
+    players = episode_players(config)
+    train = train_rollout(config, backend, chat, cluster, players)
+    if not config.eval_steps:
+        return train, None
+    return train, val_rollout(config, backend, chat, cluster, players)

@@ -251,7 +251,12 @@ class ExplorerSession:
         parts, train = self.parts, self.parts.train
         started = time.perf_counter()
         play = collect(
-            train.manager, train.backend, train.chat, train.config, policy_version=loaded.version
+            train.manager,
+            train.backend,
+            train.chat,
+            train.config,
+            policy_version=loaded.version,
+            players=train.players,
         )
         result = self.loop.run_until_complete(_heartbeats(parts, play))
         played_groups = _groups(result.trajectories)

@@ -1,0 +1,398 @@
+"""The OpenAI-compatible proxy server (FastAPI, served by uvicorn on the run's own
+event loop).
+
+Each episode is a session with its own base URL, ``http://HOST:PORT/s/<session>/v1``;
+every request carries the run's bearer token. Routes under a session:
+
+* ``POST /chat/completions``: messages, ``tools`` / ``tool_choice``, ``temperature``,
+  ``top_p``, ``max_tokens`` / ``max_completion_tokens``, ``stop``, ``n`` (1), ``seed``,
+  ``logprobs``, ``stream`` (server-sent events);
+* ``POST /completions``: a text or token-id prompt;
+* ``GET /models``;
+* ``POST /feedback`` (beside ``/v1``): the episode's reward, which ends the session
+  (Trinity-RFT's serve mode).
+
+A bad request gets OpenAI's error body with a 4xx status; the server goes on.
+FastAPI and uvicorn come with the ``[proxy]`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from jinja2 import TemplateError
+
+from agentgym.proxy.messages import MessageError
+from agentgym.proxy.recorder import ProxyError, Reply, RequestParams, SessionRecorder
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass
+class Feedback:
+    """What an agent reported at ``/feedback``."""
+
+    reward: float
+    success: bool | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Session:
+    """One episode's session on the server.
+
+    Attributes:
+        name: Its id in the URL.
+        recorder: Its recording.
+        base_url: What the agent's OpenAI client takes as ``base_url``.
+        finished: No more requests are taken (the runner returned, or feedback came).
+        late_calls: Requests that came after it finished.
+        feedback: The reward the agent posted, if it did.
+    """
+
+    name: str
+    recorder: SessionRecorder
+    base_url: str
+    finished: bool = False
+    late_calls: int = 0
+    feedback: Feedback | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class ProxyServer:
+    """The proxy's HTTP server and its sessions.
+
+    Args:
+        host: The address it listens on; anything but loopback must be asked for
+            (``agent.host``), and the token is required there too.
+        port: Its port (0: any free one).
+        model_name: The model id ``/models`` reports (requests may name any).
+        max_sessions_kept: Finished sessions remembered (their late calls are answered
+            409 and counted); older ones are forgotten (404).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        model_name: str = "policy",
+        max_sessions_kept: int = 4096,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.model_name = model_name
+        self.token = secrets.token_urlsafe(24)
+        self.max_sessions_kept = max_sessions_kept
+        self.sessions: dict[str, Session] = {}
+        self._counter = 0
+        self._server: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        """The server's root URL."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        """Listen and serve on the running event loop (returns once it accepts)."""
+        import uvicorn
+
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            build_app(self), log_level="warning", lifespan="off", access_log=False
+        )
+        self._server = _quiet_server(config)
+        self._task = asyncio.ensure_future(self._server.serve(sockets=[sock]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises why it stopped
+            await asyncio.sleep(0.005)
+
+    async def stop(self) -> None:
+        """Stop serving (requests in flight finish)."""
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            await self._task
+            self._server = self._task = None
+
+    def open(self, recorder: SessionRecorder) -> Session:
+        """A new session recording into ``recorder``."""
+        self._counter += 1
+        name = f"{self._counter:x}{secrets.token_hex(4)}"
+        recorder.session = name
+        session = Session(name, recorder, f"{self.url}/s/{name}/v1")
+        self.sessions[name] = session
+        return session
+
+    def finish(self, session: Session) -> None:
+        """Take no more requests in ``session`` (later ones are answered 409 and counted)."""
+        session.finished = True
+        finished = [name for name, s in self.sessions.items() if s.finished]
+        for name in finished[: max(0, len(finished) - self.max_sessions_kept)]:
+            del self.sessions[name]
+
+    def session(self, name: str, authorization: str | None) -> Session:
+        """The open session ``name`` for a request with ``authorization``.
+
+        Raises:
+            ProxyError: 401 without the run's token, 404 for an unknown session,
+                409 for a finished one (counted in its ``late_calls``).
+        """
+        expected = f"Bearer {self.token}"
+        if authorization is None or not secrets.compare_digest(authorization, expected):
+            raise ProxyError(
+                401,
+                "missing or wrong bearer token: use the api_key the runner was given",
+                code="invalid_api_key",
+                kind="authentication_error",
+            )
+        found = self.sessions.get(name)
+        if found is None:
+            raise ProxyError(404, f"no session {name!r} on this proxy", code="unknown_session")
+        if found.finished:
+            found.late_calls += 1
+            raise ProxyError(
+                409, f"session {name!r} has finished: its episode is over", code="session_finished"
+            )
+        return found
+
+
+def _quiet_server(config: Any) -> Any:
+    """uvicorn's server without its signal handlers: Ctrl-C stays the run's."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def capture_signals(self) -> Any:
+            return nullcontext()
+
+    return Server(config)
+
+
+def build_app(proxy: ProxyServer) -> Any:
+    """The FastAPI app of ``proxy``'s routes."""
+    app = FastAPI(title="agentgym proxy", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(ProxyError)
+    async def proxy_error(_: Request, error: ProxyError) -> JSONResponse:
+        return JSONResponse(error.body(), status_code=error.status)
+
+    @app.exception_handler(Exception)
+    async def server_error(_: Request, error: Exception) -> JSONResponse:
+        failure = ProxyError(500, f"the proxy failed: {type(error).__name__}: {error}")
+        return JSONResponse(failure.body(), status_code=500)
+
+    async def body_of(request: Request) -> dict[str, Any]:
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ProxyError(400, f"the request body is not JSON: {error}") from error
+        if not isinstance(body, dict):
+            raise ProxyError(400, "the request body must be a JSON object")
+        return body
+
+    @app.get("/s/{name}/v1/models")
+    async def models(name: str, request: Request) -> dict[str, Any]:
+        proxy.session(name, request.headers.get("authorization"))
+        model = {"id": proxy.model_name, "object": "model", "created": 0, "owned_by": "agentgym"}
+        return {"object": "list", "data": [model]}
+
+    @app.post("/s/{name}/v1/chat/completions", response_model=None)
+    async def chat_completions(name: str, request: Request) -> Any:
+        session = proxy.session(name, request.headers.get("authorization"))
+        body = await body_of(request)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise ProxyError(400, "messages must be a list of message objects")
+        tools = _tools(body.get("tools"))
+        params = request_params(body)
+        async with session.lock:
+            try:
+                reply = await session.recorder.chat_completion(messages, tools, params)
+            except MessageError as error:
+                raise ProxyError(400, str(error), code="invalid_messages") from error
+            except (TemplateError, ValueError) as error:  # raise_exception raises ValueError
+                raise ProxyError(
+                    400, f"the chat template cannot render this request: {error}"
+                ) from error
+        model = str(body.get("model") or proxy.model_name)
+        if body.get("stream"):
+            chunks = _chat_chunks(reply, model, body)
+            return StreamingResponse(chunks, media_type="text/event-stream")
+        return _chat_response(reply, model, bool(body.get("logprobs")))
+
+    @app.post("/s/{name}/v1/completions")
+    async def completions(name: str, request: Request) -> dict[str, Any]:
+        session = proxy.session(name, request.headers.get("authorization"))
+        body = await body_of(request)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str) and not (
+            isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)
+        ):
+            raise ProxyError(400, "prompt must be a string or a list of token ids")
+        params = request_params(body)
+        async with session.lock:
+            reply = await session.recorder.completion(prompt, params)
+        return {
+            "id": f"cmpl-{session.name}-{len(session.recorder.turns)}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": str(body.get("model") or proxy.model_name),
+            "choices": [
+                {
+                    "index": 0,
+                    "text": reply.content,
+                    "finish_reason": reply.finish_reason,
+                    "logprobs": None,
+                }
+            ],
+            "usage": _usage(reply),
+        }
+
+    @app.post("/s/{name}/feedback")
+    async def feedback(name: str, request: Request) -> dict[str, Any]:
+        session = proxy.session(name, request.headers.get("authorization"))
+        body = await body_of(request)
+        reward = body.get("reward")
+        if isinstance(reward, bool) or not isinstance(reward, int | float):
+            raise ProxyError(400, "feedback needs a numeric 'reward'")
+        success = body.get("success")
+        info = body.get("info") or {}
+        if not isinstance(info, dict):
+            raise ProxyError(400, "feedback's 'info' must be an object")
+        session.feedback = Feedback(float(reward), None if success is None else bool(success), info)
+        proxy.finish(session)
+        return {"session": name, "finished": True}
+
+    return app
+
+
+def _tools(tools: Any) -> list[dict[str, Any]] | None:
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("function"), dict) for t in tools
+    ):
+        raise ProxyError(400, "tools must be a list of {'type': 'function', 'function': {...}}")
+    return tools
+
+
+def request_params(body: Mapping[str, Any]) -> RequestParams:
+    """The sampling options of a request body.
+
+    Raises:
+        ProxyError: For ``n`` other than 1, or a value of the wrong type.
+    """
+    n = body.get("n", 1)
+    if n not in (None, 1):
+        raise ProxyError(
+            400,
+            f"n={n}: the proxy records one response per request; send {n} requests",
+            code="n_not_supported",
+        )
+    stop = body.get("stop")
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    try:
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        return RequestParams(
+            temperature=_number(body.get("temperature")),
+            top_p=_number(body.get("top_p")),
+            max_tokens=None if max_tokens is None else int(max_tokens),
+            seed=None if body.get("seed") is None else int(body["seed"]),
+            stop=tuple(str(s) for s in stops),
+        )
+    except (TypeError, ValueError) as error:
+        raise ProxyError(400, f"a sampling option has the wrong type: {error}") from error
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _usage(reply: Reply) -> dict[str, int]:
+    return {
+        "prompt_tokens": reply.prompt_tokens,
+        "completion_tokens": len(reply.token_ids),
+        "total_tokens": reply.prompt_tokens + len(reply.token_ids),
+    }
+
+
+def _message(reply: Reply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["content"] = reply.content or None
+        message["tool_calls"] = reply.tool_calls
+    return message
+
+
+def _logprobs(reply: Reply) -> dict[str, Any]:
+    return {
+        "content": [
+            {
+                "token": piece,
+                "logprob": logprob,
+                "bytes": list(piece.encode()),
+                "top_logprobs": [],
+            }
+            for piece, logprob in zip(reply.tokens, reply.logprobs, strict=True)
+        ]
+    }
+
+
+def _chat_response(reply: Reply, model: str, logprobs: bool) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{secrets.token_hex(8)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": _message(reply),
+                "finish_reason": reply.finish_reason,
+                "logprobs": _logprobs(reply) if logprobs else None,
+            }
+        ],
+        "usage": _usage(reply),
+    }
+
+
+async def _chat_chunks(reply: Reply, model: str, body: Mapping[str, Any]) -> AsyncIterator[str]:
+    """The reply as server-sent events: the message in one chunk, then the finish
+    reason (and usage, with ``stream_options.include_usage``), then ``[DONE]``."""
+    base = {
+        "id": f"chatcmpl-{secrets.token_hex(8)}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
+    delta = _message(reply)
+    if "tool_calls" in delta:
+        delta["tool_calls"] = [{**call, "index": i} for i, call in enumerate(delta["tool_calls"])]
+    first = {"index": 0, "delta": delta, "finish_reason": None}
+    if body.get("logprobs"):
+        first["logprobs"] = _logprobs(reply)
+    yield f"data: {json.dumps({**base, 'choices': [first]})}\n\n"
+    last = {"index": 0, "delta": {}, "finish_reason": reply.finish_reason}
+    yield f"data: {json.dumps({**base, 'choices': [last]})}\n\n"
+    options = body.get("stream_options") or {}
+    if isinstance(options, dict) and options.get("include_usage"):
+        yield f"data: {json.dumps({**base, 'choices': [], 'usage': _usage(reply)})}\n\n"
+    yield "data: [DONE]\n\n"
