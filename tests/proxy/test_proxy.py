@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -389,3 +390,18 @@ def test_a_rewritten_history_starts_a_new_sample_and_feedback_sets_the_reward(
         rewritten = ChatTokenizer(tokenizer).first_segment(summary)
         assert samples[1].input_ids == rewritten + trajectory.turns[2].response_ids
         assert sum(samples[0].loss_mask) == len(trajectory.turns[0].response_ids) * 2
+
+
+def test_the_docs_agent_is_the_shipped_one() -> None:
+    root = Path(__file__).parents[2]
+    page = (root / "docs" / "agents.md").read_text()
+    shown = page.split("```python\n", 1)[1].split("```", 1)[0]
+    source = (root / "agentgym" / "proxy" / "example_agent.py").read_text()
+
+    def code(text: str) -> list[str]:
+        text = re.sub(r'^""".*?"""\n', "", text, flags=re.DOTALL | re.MULTILINE)
+        text = re.sub(r'^\s+""".*?"""\n', "", text, flags=re.MULTILINE)
+        text = re.sub(r"\s+# type: ignore\[[a-z-]+\]", "", text)
+        return [line for line in text.splitlines() if line.strip() and "__future__" not in line]
+
+    assert code(shown) == code(source)
