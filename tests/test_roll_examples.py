@@ -60,12 +60,8 @@ EXPECTED: dict[str, str | None] = {
     A + "agent_val_frozen_lake-pg_var_is_correct.yaml": TRAINS,
     A + "agentic_val_sokoban_dynamic_batching.yaml": TRAINS,
     A + "agentic_val_sokoban_lora.yaml": TRAINS,
-    # ROLL's own runners, envs and tools
-    A + "agentic_val_sokoban_agent_runner.yaml": (
-        "custom_envs.SimpleSokoban.env_manager_cls='roll.pipeline.agentic.env_manager."
-        "proxy_env_manager.ProxyEnvManager' has no rollout mode here; known: "
-        "['StepEnvManager', 'TrajEnvManager'] (trajectory and step samples)"
-    ),
+    A + "agentic_val_sokoban_agent_runner.yaml": TRAINS,  # through the proxy (agent=proxy)
+    # ROLL's own envs and tools
     A + "agentic_val_sokoban_native.yaml": (
         "custom_envs.SokobanNativeEnv.env_type='sokoban_native_env' has no agentgym env; "
         "known: ['frozen_lake', 'sokoban', 'webshop']."
@@ -201,6 +197,9 @@ def test_a_file_trains_two_steps(name: str, trained: dict[str, tuple[Path, str |
     lines = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").open()]
     assert {line["step"] for line in lines if "train/all/trajectories" in line} == {1, 2}
     assert [line["step"] for line in lines if "actor/loss" in line] == [1, 2]  # both updated
+    proxied = [line for line in lines if "train/proxy/requests" in line]
+    assert bool(proxied) == ("agent_runner" in name)  # ProxyEnvManager: through the proxy
+    assert all(line["train/proxy/requests"] >= 1 for line in proxied)
 
 
 VARIANT_METRICS = {

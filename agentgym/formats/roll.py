@@ -84,8 +84,13 @@ MARKERS = ("custom_envs", "custom_env", "env_manager_cls")
 ENV_TYPES = {"sokoban": "sokoban", "frozen_lake": "frozen_lake", "webshop": "webshop"}
 """ROLL's ``env_type`` → the agentgym env that plays it."""
 
-ENV_MANAGERS = {"TrajEnvManager": "trajectory", "StepEnvManager": "step"}
-"""ROLL's env manager classes (by class name) → ``rollout_mode``."""
+ENV_MANAGERS = {"TrajEnvManager": "trajectory", "StepEnvManager": "step", "ProxyEnvManager": None}
+"""ROLL's env manager classes (by class name) → ``rollout_mode``; ``ProxyEnvManager``
+plays through the OpenAI-compatible proxy (``agent.kind: proxy``) in the mode its
+``trajectory_mode`` names (:data:`PROXY_MODES`)."""
+
+PROXY_MODES = {"traj": "trajectory", "step": "step"}
+"""ROLL's ``ProxyEnvManager`` ``trajectory_mode`` (default ``traj``) → ``rollout_mode``."""
 
 ACTION_PATTERNS = {
     r"<answer>(.*?)</answer>": "answer",
@@ -204,6 +209,7 @@ def from_roll(raw: Mapping[str, Any], *, helpers: Collection[str] = ()) -> Trans
         )
     custom = data.get("custom_envs") or {}
     modes: dict[str, str] = {}
+    runners: dict[str, str] = {}
     budgets: list[int] = []
     turn_limits: dict[str, int] = {}
     histories: dict[str, int] = {}
@@ -223,6 +229,8 @@ def from_roll(raw: Mapping[str, Any], *, helpers: Collection[str] = ()) -> Trans
             env_configs[tag], mode, budget = _env(tag, custom[tag])
             if mode is not None:
                 modes[f"{section} {tag}"] = mode
+            if custom[tag].get("agent_runner_cls"):
+                runners[f"{section} {tag}"] = str(custom[tag]["agent_runner_cls"])
             if budget is not None:
                 budgets.append(budget)
             limit = custom[tag].get("max_steps")
@@ -237,6 +245,7 @@ def from_roll(raw: Mapping[str, Any], *, helpers: Collection[str] = ()) -> Trans
     for key in TEMPLATE_KEYS:
         data.pop(key, None)
     _helpers(data, helpers, notes)
+    _agent(data, runners, notes)
     gigpo(data, notes)  # before _mode reads adv_estimator
     _mode(data, modes, notes)
     _budget(data, budgets, notes)
@@ -284,13 +293,42 @@ def _env(tag: str, entry: Any) -> tuple[dict[str, Any], str | None, int | None]:
                 f"known: {sorted(ENV_MANAGERS)} (trajectory and step samples)"
             )
         mode = ENV_MANAGERS[name]
-    if entry.get("agent_runner_cls"):
+        if name == "ProxyEnvManager":
+            mode = _proxy_mode(tag, entry)
+    runner = entry.get("agent_runner_cls")
+    if runner and (not manager_cls or str(manager_cls).rsplit(".", 1)[-1] != "ProxyEnvManager"):
         raise ConfigError(
-            f"custom_envs.{tag}.agent_runner_cls={entry['agent_runner_cls']!r}: custom agent "
-            "runners are not supported; the rollout loop drives every env"
+            f"custom_envs.{tag}.agent_runner_cls={runner!r} needs env_manager_cls "
+            "ProxyEnvManager (an agent runner plays through the proxy)"
         )
     budget = entry.get("max_tokens_per_step")
     return {"name": ENV_TYPES[env_type], "kwargs": kwargs}, mode, budget
+
+
+def _proxy_mode(tag: str, entry: Mapping[str, Any]) -> str:
+    """A ``ProxyEnvManager`` entry's ``trajectory_mode`` (in the entry or its
+    ``env_config``, as ROLL reads it) as a ``rollout_mode``."""
+    env_config = entry.get("env_config") or {}
+    name = entry.get("trajectory_mode", env_config.get("trajectory_mode", "traj"))
+    if name not in PROXY_MODES:
+        raise ConfigError(
+            f"custom_envs.{tag}.trajectory_mode={name!r} is not one of {list(PROXY_MODES)}"
+        )
+    return PROXY_MODES[name]
+
+
+def _agent(data: dict[str, Any], runners: dict[str, str], notes: list[str]) -> None:
+    """ROLL's ``agent_runner_cls`` → ``agent.kind: proxy`` and ``agent.runner`` (one runner
+    a run)."""
+    if not runners:
+        return
+    if len(set(runners.values())) > 1:
+        raise ConfigError(
+            f"the tags name different agent_runner_cls ({runners}); one run has one runner"
+        )
+    runner = next(iter(runners.values()))
+    data["agent"] = {**(data.get("agent") or {}), "kind": "proxy", "runner": runner}
+    notes.append(f"ProxyEnvManager with agent_runner_cls → agent=proxy agent.runner={runner}")
 
 
 def _manager_generating_args(

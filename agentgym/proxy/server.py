@@ -78,7 +78,7 @@ class ProxyServer:
         port: Its port (0: any free one).
         model_name: The model id ``/models`` reports (requests may name any).
         max_sessions_kept: Finished sessions remembered (their late calls are answered
-            409 and counted); older ones are forgotten (404).
+            410 and counted, as ROLL answers them); older ones are forgotten (404).
     """
 
     def __init__(
@@ -143,7 +143,7 @@ class ProxyServer:
         return session
 
     def finish(self, session: Session) -> None:
-        """Take no more requests in ``session`` (later ones are answered 409 and counted)."""
+        """Take no more requests in ``session`` (later ones are answered 410 Gone and counted)."""
         session.finished = True
         finished = [name for name, s in self.sessions.items() if s.finished]
         for name in finished[: max(0, len(finished) - self.max_sessions_kept)]:
@@ -154,7 +154,7 @@ class ProxyServer:
 
         Raises:
             ProxyError: 401 without the run's token, 404 for an unknown session,
-                409 for a finished one (counted in its ``late_calls``).
+                410 for a finished one (counted in its ``late_calls``).
         """
         expected = f"Bearer {self.token}"
         if authorization is None or not secrets.compare_digest(authorization, expected):
@@ -170,7 +170,7 @@ class ProxyServer:
         if found.finished:
             found.late_calls += 1
             raise ProxyError(
-                409, f"session {name!r} has finished: its episode is over", code="session_finished"
+                410, f"session {name!r} has finished: its episode is over", code="session_finished"
             )
         return found
 
