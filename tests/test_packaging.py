@@ -55,6 +55,8 @@ def test_wheel_contains_every_subpackage_and_no_other_top_level(wheel: zipfile.Z
         "agentgym/envs/sokoban/solver.py",
         "agentgym/configs/eval.yaml",
         "agentgym/configs/env/sokoban.yaml",
+        "agentgym/configs/train/agent/proxy.yaml",
+        "agentgym/envs/webshop/vocab.json",
     ]:
         assert required in names
     entry_points = wheel.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
