@@ -308,15 +308,7 @@ class EpisodeRunner:
         return self.config.record_frames and env.render_mode == "rgb_array"
 
     async def run(self, assignment: Assignment, env: EnvClient) -> Trajectory:
-        trajectory = Trajectory(
-            env_name=assignment.slot.name,
-            tag=assignment.slot.tag,
-            group_id=assignment.group_id,
-            seed=assignment.seed,
-            env_index=assignment.slot.index,
-            mode=self.config.mode,
-            policy_version=self.policy_version,
-        )
+        trajectory = new_trajectory(assignment, self.config.mode, self.policy_version)
         try:
             start = await self._env_call(
                 env.reset(
@@ -458,6 +450,19 @@ class EpisodeRunner:
         trajectory.prefix_drift = result.drift
         trajectory.retokenized = not result.exact
         report_drift(result, self.config.prefix_check, f"{trajectory.tag} seed {trajectory.seed}")
+
+
+def new_trajectory(assignment: Assignment, mode: str, policy_version: int) -> Trajectory:
+    """The empty trajectory of ``assignment``'s episode, before its first turn."""
+    return Trajectory(
+        env_name=assignment.slot.name,
+        tag=assignment.slot.tag,
+        group_id=assignment.group_id,
+        seed=assignment.seed,
+        env_index=assignment.slot.index,
+        mode=mode,
+        policy_version=policy_version,
+    )
 
 
 def request_seed(base: int, group_id: int, env_index: int, turn: int) -> int:

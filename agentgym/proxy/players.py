@@ -19,7 +19,7 @@ import inspect
 import traceback
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym.proxy.recorder import SessionRecorder
@@ -28,7 +28,7 @@ from agentgym.proxy.server import ProxyServer, Session
 from agentgym.rollout.backends.base import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import Assignment
-from agentgym.rollout.loop import RolloutConfig
+from agentgym.rollout.loop import RolloutConfig, new_trajectory
 from agentgym.rollout.workers import EnvClient
 from agentgym.trajectory import Trajectory
 
@@ -99,36 +99,22 @@ class ProxyPlayers:
             await server.stop()
 
 
+@dataclass
 class ProxyPlayer:
     """Plays one collection's episodes through the proxy (see the module docstring)."""
 
-    def __init__(
-        self,
-        players: ProxyPlayers,
-        backend: GenerationBackend,
-        chat: ChatTokenizer,
-        config: RolloutConfig,
-        policy_version: int,
-    ) -> None:
-        self.players = players
-        self.backend = backend
-        self.chat = chat
-        self.config = config
-        self.policy_version = policy_version
-        self.env_calls: set[asyncio.Future[Any]] = set()
+    players: ProxyPlayers
+    backend: GenerationBackend
+    chat: ChatTokenizer
+    config: RolloutConfig
+    policy_version: int
+    env_calls: set[asyncio.Future[Any]] = field(default_factory=set)
+    """Always empty: the runner's env calls are its own."""
 
     async def run(self, assignment: Assignment, env: EnvClient) -> Trajectory:
         """Play ``assignment`` with the runner; failures end the trajectory."""
         config = self.config
-        trajectory = Trajectory(
-            env_name=assignment.slot.name,
-            tag=assignment.slot.tag,
-            group_id=assignment.group_id,
-            seed=assignment.seed,
-            env_index=assignment.slot.index,
-            mode=config.mode,
-            policy_version=self.policy_version,
-        )
+        trajectory = new_trajectory(assignment, config.mode, self.policy_version)
         server = await self.players.server()
         recorder = SessionRecorder(
             self.backend,
