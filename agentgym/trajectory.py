@@ -110,7 +110,7 @@ class Trajectory:
     seed: int
     env_index: int = 0
     mode: str = "trajectory"
-    messages: list[dict[str, str]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     score: float = 0.0

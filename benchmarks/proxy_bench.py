@@ -34,9 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # python benchmarks/proxy_bench.py
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from agentgym.proxy import server as proxy_server
 from agentgym.proxy.players import AgentSettings, ProxyPlayers
 from agentgym.proxy.recorder import SessionRecorder
@@ -44,7 +41,9 @@ from agentgym.rollout.backends.base import SamplingParams
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, collect
-from benchmarks.rollout_bench import InstantEnv, build_model, setup
+
+sys.path.insert(0, str(Path(__file__).parent))
+from rollout_bench import InstantEnv, build_model, setup
 
 OBSERVATION = "value 12"
 

@@ -70,6 +70,9 @@ class RequestParams:
         seed: Sampling seed; None: one derived from the run's seed and the request's
             place (group, env, turn), as the env manager's own loop derives it.
         stop: Strings that end the response (the text returned stops before them).
+        parse_tools: With tools, return Hermes ``<tool_call>`` blocks as ``tool_calls``;
+            False (``tool_choice: none``): the tools reach the template, the text comes
+            back as the model wrote it.
     """
 
     temperature: float | None = None
@@ -77,6 +80,7 @@ class RequestParams:
     max_tokens: int | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    parse_tools: bool = True
 
 
 @dataclass(frozen=True)
@@ -175,7 +179,7 @@ class SessionRecorder:
         text, ids, logprobs, finish, version = await self._generate(prompt, params)
         content, calls = (
             parse_tool_calls(text, f"call_{self.session}_{len(self.turns)}")
-            if tool_list
+            if tool_list and params.parse_tools
             else (text, [])
         )
         reply_message: Message = {"role": "assistant", "content": content}

@@ -11,6 +11,8 @@ Built in:
 * :class:`EnvRunner` (``agent.runner: env``; ROLL's ``GEMRunner``): plays the
   episode's registered agentgym env, its observations as user messages, the model's
   replies as actions: the env manager's own loop, over HTTP.
+* :class:`ToolCallRunner` (``agent.runner: tool_call``; ROLL's ``ToolCallRunner``): a
+  tool env played as an OpenAI tool-calling agent (``tools`` and ``tool_calls``).
 
 Any other runner is named by import path (``agent.runner: my_pkg.agents:MyRunner``,
 ROLL's ``agent_runner_cls``) and built with no arguments.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import weakref
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
@@ -125,7 +128,6 @@ class EnvRunner:
             {"role": "system", "content": start.instructions},
             {"role": "user", "content": start.observation},
         ]
-        tools = {"tools": start.tools} if start.tools else {}
         reports: list[TurnReport] = []
         actions, success = 0, False
         for turn in range(task.max_turns):
@@ -134,15 +136,20 @@ class EnvRunner:
                 # the typed transform of chat.completions.create (1-3 ms a request here)
                 reply = await client.post(
                     "/chat/completions",
-                    body={"model": "policy", "messages": self._window(task, messages), **tools},
+                    body={
+                        "model": "policy",
+                        "messages": self._window(task, messages),
+                        **self._tools(start.tools),
+                    },
                     cast_to=ChatCompletion,
                 )
             except openai.BadRequestError as error:
                 if error.code == "context_length_exceeded":
                     return _result(reports, "max_length", success)
                 raise
-            text = reply.choices[0].message.content or ""
-            messages.append({"role": "assistant", "content": text})
+            message = reply.choices[0].message
+            text = self._action(message)
+            messages.append(self._assistant(message))
             outcome = await env.step(text)
             info = outcome.info
             report = TurnReport(
@@ -159,8 +166,29 @@ class EnvRunner:
             if task.max_actions is not None and actions >= task.max_actions:
                 return _result(reports, "max_actions", success)
             if turn + 1 < task.max_turns:
-                messages.extend(observation_messages(outcome.observation, info))
+                messages.extend(self._observations(message, outcome.observation, info))
         return _result(reports, "max_turns", success)
+
+    # -- what differs between the env runner and the tool-call runner ------------------
+
+    def _tools(self, tools: list[dict[str, Any]]) -> dict[str, Any]:
+        """The request's tool keys: the env's tools reach the chat template, and the reply
+        is the text as the model wrote it (the env parses it, as in process)."""
+        return {"tools": tools, "tool_choice": "none"} if tools else {}
+
+    def _action(self, message: Any) -> str:
+        """The text the env steps with."""
+        return str(message.content or "")
+
+    def _assistant(self, message: Any) -> dict[str, Any]:
+        """The reply as the conversation keeps it."""
+        return {"role": "assistant", "content": message.content or ""}
+
+    def _observations(
+        self, message: Any, observation: str, info: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The messages after a step: tool results as tool messages, else the observation."""
+        return observation_messages(observation, info)
 
     @staticmethod
     def _window(task: AgentTask, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -201,14 +229,48 @@ class _Clients:
 _clients = _Clients()
 
 
+class ToolCallRunner(EnvRunner):
+    """Plays a tool env as an OpenAI tool-calling agent (ROLL's ``ToolCallRunner``): the
+    env's tools go as ``tools``, the replies come back as ``tool_calls`` (parsed by the
+    proxy from the model's Hermes blocks), the runner executes them through the env and
+    answers each with a ``tool`` message bearing its ``tool_call_id``. The proxy splices
+    the replies back as the engine's ids, so the samples are the env runner's."""
+
+    def _tools(self, tools: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"tools": tools} if tools else {}
+
+    def _action(self, message: Any) -> str:
+        calls = "".join(
+            f'<tool_call>{{"name": {json.dumps(c.function.name)}, '
+            f'"arguments": {c.function.arguments}}}</tool_call>'
+            for c in message.tool_calls or ()
+        )
+        return f"{message.content or ''}{calls}"
+
+    def _assistant(self, message: Any) -> dict[str, Any]:
+        return dict(message.model_dump(exclude_none=True))
+
+    def _observations(
+        self, message: Any, observation: str, info: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        results = info.get("tool_results")
+        calls = message.tool_calls or ()
+        if not results or len(results) != len(calls):
+            return observation_messages(observation, info)
+        return [
+            {"role": "tool", "tool_call_id": call.id, "content": str(result)}
+            for call, result in zip(calls, results, strict=True)
+        ]
+
+
 def _result(reports: list[TurnReport], reason: str, success: bool) -> AgentResult:
     return AgentResult(None, success=success, termination_reason=reason, turns=reports)
 
 
-BUILT_IN: dict[str, type] = {"env": EnvRunner}
+BUILT_IN: dict[str, type] = {"env": EnvRunner, "tool_call": ToolCallRunner}
 """``agent.runner`` names of the built-in runners."""
 
-ROLL_RUNNERS = {"GEMRunner": "env"}
+ROLL_RUNNERS = {"GEMRunner": "env", "ToolCallRunner": "tool_call"}
 """ROLL's ``agent_runner_cls`` class names and the built-in runner each maps to."""
 
 

@@ -4,7 +4,8 @@ event loop).
 Each episode is a session with its own base URL, ``http://HOST:PORT/s/<session>/v1``;
 every request carries the run's bearer token. Routes under a session:
 
-* ``POST /chat/completions``: messages, ``tools`` / ``tool_choice``, ``temperature``,
+* ``POST /chat/completions``: messages, ``tools`` / ``tool_choice`` (``none``: the text
+  as written, no ``tool_calls``), ``temperature``,
   ``top_p``, ``max_tokens`` / ``max_completion_tokens``, ``stop``, ``n`` (1), ``seed``,
   ``logprobs``, ``stream`` (server-sent events);
 * ``POST /completions``: a text or token-id prompt;
@@ -319,6 +320,7 @@ def request_params(body: Mapping[str, Any]) -> RequestParams:
             max_tokens=None if max_tokens is None else int(max_tokens),
             seed=None if body.get("seed") is None else int(body["seed"]),
             stop=tuple(str(s) for s in stops),
+            parse_tools=body.get("tool_choice") != "none",
         )
     except (TypeError, ValueError) as error:
         raise ProxyError(400, f"a sampling option has the wrong type: {error}") from error

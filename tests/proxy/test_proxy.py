@@ -23,10 +23,12 @@ from agentgym.proxy.runners import AgentResult, AgentTask, EnvRunner
 from agentgym.proxy.server import ProxyServer
 from agentgym.rollout.backends.base import Generation, SamplingParams
 from agentgym.rollout.backends.hf import HFBackend
+from agentgym.rollout.backends.scripted import ScriptedBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, RolloutResult, collect
 from agentgym.trajectory import RolloutBatch
+from tests.rollout.envs import AddToolEnv, registered
 
 
 @pytest.fixture(scope="module")
@@ -405,3 +407,36 @@ def test_the_docs_agent_is_the_shipped_one() -> None:
         return [line for line in text.splitlines() if line.strip() and "__future__" not in line]
 
     assert code(shown) == code(source)
+
+
+@pytest.mark.parametrize("runner", ["env", "tool_call"])
+def test_a_tool_env_through_the_proxy_records_what_the_env_manager_records(
+    runner: str, qwen_model_dir: Path
+) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(qwen_model_dir)
+    rollout = config(sampling=SamplingParams(max_new_tokens=64))
+    players = ProxyPlayers(AgentSettings(runner=runner))
+    results = []
+    with registered("add_tool_proxy", AddToolEnv):
+        for who in (None, players):
+            manager = EnvManager(tags=["add_tool_proxy"], env_groups=3, group_size=1, seed=2)
+            chat = ChatTokenizer(tokenizer)
+            results.append(
+                asyncio.run(
+                    collect(manager, ScriptedBackend(tokenizer), chat, rollout, players=who)
+                )
+            )
+            manager.close()
+    own, proxied = results
+    assert proxied.metrics["proxy/prefix_breaks"] == 0
+    for ours, theirs in zip(own.trajectories, proxied.trajectories, strict=True):
+        assert ours.success and theirs.success, theirs.error
+        assert [turn.response_ids for turn in ours.turns] == [
+            turn.response_ids for turn in theirs.turns
+        ]
+        assert [s.input_ids for s in ours.samples()] == [s.input_ids for s in theirs.samples()]
+        assert [s.loss_mask for s in ours.samples()] == [s.loss_mask for s in theirs.samples()]
+    if runner == "tool_call":  # the agent saw OpenAI tool calls and answered with tool messages
+        roles = [m["role"] for m in proxied.trajectories[0].messages]
+        assert roles == ["system", "user", "assistant", "tool", "assistant"]
+        assert proxied.trajectories[0].messages[2]["tool_calls"][0]["function"]["name"] == "add"
