@@ -28,6 +28,7 @@ from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, RolloutResult, collect
 from agentgym.trajectory import RolloutBatch
+from tests.envs.trainrun import logged_steps, train_two_steps
 from tests.rollout.envs import AddToolEnv, registered
 
 
@@ -440,3 +441,28 @@ def test_a_tool_env_through_the_proxy_records_what_the_env_manager_records(
         roles = [m["role"] for m in proxied.trajectories[0].messages]
         assert roles == ["system", "user", "assistant", "tool", "assistant"]
         assert proxied.trajectories[0].messages[2]["tool_calls"][0]["function"]["name"] == "add"
+
+
+def test_an_agent_of_the_openai_agents_sdk_trains_two_steps(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    output = tmp_path / "run"
+    runner = "agent.runner=tests.proxy.agents_sdk_agent:SokobanAgentsSDK"
+    result = train_two_steps(
+        # a random model's episodes all score alike: keep their groups, scores as they are
+        [
+            "agent=proxy",
+            runner,
+            f"pretrain={tiny_model_dir}",
+            "generation=hf",
+            "reward_normalization.method=identity",
+            "drop_zero_variance_groups=false",
+        ],
+        output=output,
+        model_cache=tmp_path / "models",
+        pythonpath=Path(__file__).parents[2],
+    )
+    steps = logged_steps(output)
+    assert [steps[s]["train/all/failed"] for s in (1, 2)] == [0.0, 0.0], result.stderr[-3000:]
+    assert all(steps[s]["train/proxy/requests"] >= 1 for s in (1, 2))
+    assert "actor/loss" in steps[2]
