@@ -117,8 +117,8 @@ class ProxyServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            build_app(self), log_level="warning", lifespan="off", access_log=False
+        config = uvicorn.Config(  # log_config None: the run's logging stays as it is
+            build_app(self), log_config=None, lifespan="off", access_log=False
         )
         self._server = _quiet_server(config)
         self._task = asyncio.ensure_future(self._server.serve(sockets=[sock]))
@@ -227,6 +227,8 @@ def build_app(proxy: ProxyServer) -> Any:
         async with session.lock:
             try:
                 reply = await session.recorder.chat_completion(messages, tools, params)
+            except asyncio.CancelledError:
+                raise _cancelled() from None
             except MessageError as error:
                 raise ProxyError(400, str(error), code="invalid_messages") from error
             except (TemplateError, ValueError) as error:  # raise_exception raises ValueError
@@ -252,7 +254,10 @@ def build_app(proxy: ProxyServer) -> Any:
             raise ProxyError(400, "prompt must be a string or a list of token ids")
         params = request_params(body)
         async with session.lock:
-            reply = await session.recorder.completion(prompt, params)
+            try:
+                reply = await session.recorder.completion(prompt, params)
+            except asyncio.CancelledError:
+                raise _cancelled() from None
         return {
             "id": f"cmpl-{session.name}-{len(session.recorder.turns)}",
             "object": "text_completion",
@@ -285,6 +290,12 @@ def build_app(proxy: ProxyServer) -> Any:
         return {"session": name, "finished": True}
 
     return app
+
+
+def _cancelled() -> ProxyError:
+    """A request whose generation was cancelled: its episode was (the run is stopping, or
+    a step closed with extra groups); answered, not logged as the server's failure."""
+    return ProxyError(503, "the episode was cancelled: the run is stopping", code="cancelled")
 
 
 def _tools(tools: Any) -> list[dict[str, Any]] | None:

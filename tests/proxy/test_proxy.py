@@ -466,3 +466,31 @@ def test_an_agent_of_the_openai_agents_sdk_trains_two_steps(
     assert [steps[s]["train/all/failed"] for s in (1, 2)] == [0.0, 0.0], result.stderr[-3000:]
     assert all(steps[s]["train/proxy/requests"] >= 1 for s in (1, 2))
     assert "actor/loss" in steps[2]
+
+
+def test_ahead_of_training_through_the_proxy_records_each_turns_version(
+    tiny_tokenizer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agentgym.rollout.source import AheadSource, Rollout
+    from tests.rollout.test_async_rollout import CONFIG, SlowScripted, manager
+    from tests.rollout.test_source import play
+
+    envs = manager()
+    rollout = Rollout(
+        envs,
+        SlowScripted(tiny_tokenizer),
+        ChatTokenizer(tiny_tokenizer),
+        CONFIG,
+        ProxyPlayers(AgentSettings()),
+    )
+    batches, _, state = play(AheadSource(rollout, ratio=1), steps=3)
+    envs.close()
+    assert [len(b.trajectories) for b in batches] == [4, 4, 4]
+    for step, batch in enumerate(batches, start=1):
+        assert batch.metrics["train/proxy/requests"] >= 1
+        for trajectory in batch.trajectories:
+            versions = [turn.policy_version for turn in trajectory.turns]
+            assert versions == sorted(versions)  # each request's own version, never older
+            assert all(0 <= step - 1 - v <= 1 for v in versions)
+    assert state["cursor"] == 6
+    assert "Exception in ASGI application" not in caplog.text  # closing cancels cleanly
