@@ -80,13 +80,18 @@ def _agents(url_token: tuple[list[str], str], requests: int, out: Any) -> None:
         return latencies
 
     async def main() -> list[float]:
-        limits = httpx.Limits(max_connections=len(urls), max_keepalive_connections=len(urls))
+        # one client per agent, as separate agents have: one pool of hundreds of
+        # connections costs the client more than the proxy's work (its bookkeeping grows
+        # with the square of its connections)
         headers = {"Authorization": f"Bearer {token}"}
-        async with httpx.AsyncClient(limits=limits, headers=headers, timeout=600) as client:
-            await client.post(
-                urls[0], json={"model": "p", "messages": [{"role": "user", "content": "hi"}]}
-            )
-            per_session = await asyncio.gather(*(session(client, url) for url in urls))
+        clients = [httpx.AsyncClient(headers=headers, timeout=600) for _ in urls]
+        warm_up = {"model": "p", "messages": [{"role": "user", "content": "hi"}]}
+        await clients[0].post(urls[0], json=warm_up)
+        per_session = await asyncio.gather(
+            *(session(client, url) for client, url in zip(clients[1:], urls[1:], strict=True))
+        )
+        for client in clients:
+            await client.aclose()
         return [latency for latencies in per_session for latency in latencies]
 
     out.put(asyncio.run(main()))

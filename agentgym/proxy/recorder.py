@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agentgym.proxy.messages import (
@@ -94,7 +94,6 @@ class Reply:
         logprobs: Their log-probabilities.
         finish_reason: ``stop``, ``length`` or ``tool_calls``.
         prompt_tokens: The rendered prompt's length.
-        tokens: Each token's text (for ``logprobs`` in the response).
     """
 
     content: str
@@ -103,7 +102,6 @@ class Reply:
     logprobs: list[float]
     finish_reason: str
     prompt_tokens: int
-    tokens: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -192,7 +190,7 @@ class SessionRecorder:
         self._responses.append(_Response(reply_message, text, ids))
         self.conversation = [*ordered, reply_message]
         self.tools = tool_list
-        return Reply(content, calls, ids, logprobs, finish, len(prompt), self._pieces(ids))
+        return Reply(content, calls, ids, logprobs, finish, len(prompt))
 
     async def completion(self, prompt: str | Sequence[int], params: RequestParams) -> Reply:
         """Generate and record one plain completion (``/v1/completions``): the prompt's
@@ -203,7 +201,7 @@ class SessionRecorder:
         self._record(ids_in, ids, logprobs, finish, version, text, "")
         self.turns[-1].starts_sample = bool(self.turns[:-1])
         self._history = []  # a chat request after it starts a new sample
-        return Reply(text, [], ids, logprobs, finish, len(ids_in), self._pieces(ids))
+        return Reply(text, [], ids, logprobs, finish, len(ids_in))
 
     # -- prompts --------------------------------------------------------------------
 
@@ -356,5 +354,6 @@ class SessionRecorder:
             )
         )
 
-    def _pieces(self, ids: list[int]) -> list[str]:
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        """Each token's text (a response's ``logprobs`` entries)."""
         return [str(self.chat.tokenizer.decode([t], skip_special_tokens=False)) for t in ids]

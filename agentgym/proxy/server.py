@@ -237,9 +237,11 @@ def build_app(proxy: ProxyServer) -> Any:
                 ) from error
         model = str(body.get("model") or proxy.model_name)
         if body.get("stream"):
-            chunks = _chat_chunks(reply, model, body)
+            pieces = session.recorder.pieces(reply.token_ids) if body.get("logprobs") else None
+            chunks = _chat_chunks(reply, model, body, pieces)
             return StreamingResponse(chunks, media_type="text/event-stream")
-        return _chat_response(reply, model, bool(body.get("logprobs")))
+        pieces = session.recorder.pieces(reply.token_ids) if body.get("logprobs") else None
+        return JSONResponse(_chat_response(reply, model, pieces))
 
     @app.post("/s/{name}/v1/completions")
     async def completions(name: str, request: Request) -> dict[str, Any]:
@@ -357,7 +359,7 @@ def _message(reply: Reply) -> dict[str, Any]:
     return message
 
 
-def _logprobs(reply: Reply) -> dict[str, Any]:
+def _logprobs(reply: Reply, pieces: list[str]) -> dict[str, Any]:
     return {
         "content": [
             {
@@ -366,12 +368,12 @@ def _logprobs(reply: Reply) -> dict[str, Any]:
                 "bytes": list(piece.encode()),
                 "top_logprobs": [],
             }
-            for piece, logprob in zip(reply.tokens, reply.logprobs, strict=True)
+            for piece, logprob in zip(pieces, reply.logprobs, strict=True)
         ]
     }
 
 
-def _chat_response(reply: Reply, model: str, logprobs: bool) -> dict[str, Any]:
+def _chat_response(reply: Reply, model: str, pieces: list[str] | None) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{secrets.token_hex(8)}",
         "object": "chat.completion",
@@ -382,14 +384,16 @@ def _chat_response(reply: Reply, model: str, logprobs: bool) -> dict[str, Any]:
                 "index": 0,
                 "message": _message(reply),
                 "finish_reason": reply.finish_reason,
-                "logprobs": _logprobs(reply) if logprobs else None,
+                "logprobs": None if pieces is None else _logprobs(reply, pieces),
             }
         ],
         "usage": _usage(reply),
     }
 
 
-async def _chat_chunks(reply: Reply, model: str, body: Mapping[str, Any]) -> AsyncIterator[str]:
+async def _chat_chunks(
+    reply: Reply, model: str, body: Mapping[str, Any], pieces: list[str] | None
+) -> AsyncIterator[str]:
     """The reply as server-sent events: the message in one chunk, then the finish
     reason (and usage, with ``stream_options.include_usage``), then ``[DONE]``."""
     base = {
@@ -402,8 +406,8 @@ async def _chat_chunks(reply: Reply, model: str, body: Mapping[str, Any]) -> Asy
     if "tool_calls" in delta:
         delta["tool_calls"] = [{**call, "index": i} for i, call in enumerate(delta["tool_calls"])]
     first = {"index": 0, "delta": delta, "finish_reason": None}
-    if body.get("logprobs"):
-        first["logprobs"] = _logprobs(reply)
+    if pieces is not None:
+        first["logprobs"] = _logprobs(reply, pieces)
     yield f"data: {json.dumps({**base, 'choices': [first]})}\n\n"
     last = {"index": 0, "delta": {}, "finish_reason": reply.finish_reason}
     yield f"data: {json.dumps({**base, 'choices': [last]})}\n\n"
