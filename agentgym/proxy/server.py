@@ -36,7 +36,10 @@ from jinja2 import TemplateError
 from agentgym.proxy.messages import MessageError
 from agentgym.proxy.recorder import ProxyError, Reply, RequestParams, SessionRecorder
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+KEEP_ALIVE = 3600
+"""Seconds an idle connection stays open. uvicorn's default, 5 s, is shorter than a
+training step: the server then closed connections its agents' pools were about to
+reuse, and a request sent as the close crossed it failed (seen: 4 episodes of a step)."""
 
 
 @dataclass
@@ -118,7 +121,11 @@ class ProxyServer:
         sock.bind((self.host, self.port))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(  # log_config None: the run's logging stays as it is
-            build_app(self), log_config=None, lifespan="off", access_log=False
+            build_app(self),
+            log_config=None,
+            lifespan="off",
+            access_log=False,
+            timeout_keep_alive=KEEP_ALIVE,
         )
         self._server = _quiet_server(config)
         self._task = asyncio.ensure_future(self._server.serve(sockets=[sock]))

@@ -494,3 +494,34 @@ def test_ahead_of_training_through_the_proxy_records_each_turns_version(
             assert all(0 <= step - 1 - v <= 1 for v in versions)
     assert state["cursor"] == 6
     assert "Exception in ASGI application" not in caplog.text  # closing cancels cleanly
+
+
+def test_an_idle_connection_stays_open_across_a_training_step(tokenizer: Any) -> None:
+    """A connection idle longer than uvicorn's default keep-alive (5 s, less than a step)
+    is still the server's when the agent's pool reuses it: no request meets a close."""
+
+    async def main() -> None:
+        recorder = SessionRecorder(Replies(tokenizer, ["Up"]), ChatTokenizer(tokenizer), config())
+        server, session = await serving(recorder)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        body = json.dumps({"messages": [{"role": "user", "content": "#P#"}]}).encode()
+        request = (
+            f"POST /s/{session.name}/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {server.token}\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        for attempt in range(2):
+            writer.write(request)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            assert head.startswith(b"HTTP/1.1 200")
+            length = next(
+                int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            )  # fmt: skip
+            await reader.readexactly(length)
+            if attempt == 0:
+                await asyncio.sleep(5.5)  # idle past uvicorn's default keep-alive
+                assert not reader.at_eof()
+        writer.close()
+        await server.stop()
+
+    asyncio.run(main())
