@@ -64,36 +64,6 @@ def _step_label(kind: str, step: int, total_steps: int | None) -> str:
     return f"{kind:<4} {step:>{len(str(total_steps))}}/{total_steps}"
 
 
-def format_step(
-    metrics: Mapping[str, float],
-    step: int,
-    total_steps: int | None = None,
-    seconds_left: float | None = None,
-) -> str:
-    """The line of a training step.
-
-    Args:
-        metrics: Flat scalar metrics of the step.
-        step: The training step.
-        total_steps: The run's last step, for ``12/60``; None leaves it out.
-        seconds_left: The ETA; None leaves it out.
-
-    Returns:
-        A line like ``step 12/60 | success 41.0% | score 3.20 | loss -0.012 | grad 0.5 |
-        2.8 s/step | ETA 2m14s``: the :data:`STEP_FIGURES` that are present, then time.
-    """
-    parts = [_step_label("step", step, total_steps)]
-    for figure in STEP_FIGURES:
-        key = next((key for key in figure.keys if key in metrics), None)
-        if key is not None:
-            parts.append(f"{figure.label} {figure.template.format(metrics[key])}")
-    if STEP_TIME in metrics:
-        parts.append(f"{metrics[STEP_TIME]:.3g} s/step")
-    if seconds_left is not None:
-        parts.append(f"ETA {format_duration(seconds_left)}")
-    return " | ".join(parts)
-
-
 def format_validation(
     metrics: Mapping[str, float], step: int, total_steps: int | None = None
 ) -> str:
@@ -138,11 +108,32 @@ def format_line(
     total_steps: int | None = None,
     seconds_left: float | None = None,
 ) -> str:
-    """The console line of one logged record: :func:`format_validation` for a
-    validation record, else :func:`format_step`."""
+    """The console line of one logged record: :func:`format_validation`'s for a
+    validation record, else the training step's.
+
+    Args:
+        metrics: Flat scalar metrics of the record.
+        step: The training step.
+        total_steps: The run's last step, for ``12/60``; None leaves it out.
+        seconds_left: The ETA (a step line's); None leaves it out.
+
+    Returns:
+        A step line like ``step 12/60 | success 41.0% | score 3.20 | loss -0.012 |
+        grad 0.5 | 2.8 s/step | ETA 2m14s``: the :data:`STEP_FIGURES` that are
+        present, then time.
+    """
     if is_validation(metrics):
         return format_validation(metrics, step, total_steps)
-    return format_step(metrics, step, total_steps, seconds_left)
+    parts = [_step_label("step", step, total_steps)]
+    for figure in STEP_FIGURES:
+        key = next((key for key in figure.keys if key in metrics), None)
+        if key is not None:
+            parts.append(f"{figure.label} {figure.template.format(metrics[key])}")
+    if STEP_TIME in metrics:
+        parts.append(f"{metrics[STEP_TIME]:.3g} s/step")
+    if seconds_left is not None:
+        parts.append(f"ETA {format_duration(seconds_left)}")
+    return " | ".join(parts)
 
 
 class StepTimer:

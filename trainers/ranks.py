@@ -27,6 +27,7 @@ import datetime
 import os
 import socket
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,32 @@ BUILDERS = {"actor_train": _build_policy, "critic": _build_critic}
 """Role -> what its ranks build: ``(strategy_name, model_path, strategy_config, **settings)``."""
 
 
+@dataclass(frozen=True)
+class StrategySpec:
+    """A training role's strategy as each of its ranks builds it (or this process, for
+    ``distributed=local``).
+
+    Args:
+        role: A key of :data:`BUILDERS`.
+        strategy_name: The strategy to build.
+        model_path: The model's Hugging Face folder (readable on every node).
+        strategy_config: ROLL's ``strategy_config`` for the strategy.
+        settings: The role's settings (keyword arguments of the builder: dtype,
+            learning rate, ...).
+    """
+
+    role: str
+    strategy_name: str
+    model_path: Path
+    strategy_config: Mapping[str, Any]
+    settings: Mapping[str, Any]
+
+    def build(self) -> Any:
+        """The role's strategy, built in this process."""
+        build = BUILDERS[self.role]
+        return build(self.strategy_name, self.model_path, self.strategy_config, **self.settings)
+
+
 def group_backend(strategy_name: str, settings: Mapping[str, Any]) -> str:
     """The process group's backend for ranks that build ``strategy_name`` with
     ``settings``: NCCL where they train on CUDA, else gloo. The Megatron strategy trains
@@ -79,38 +106,21 @@ def group_backend(strategy_name: str, settings: Mapping[str, Any]) -> str:
 
 class GroupRank:
     """One rank of a group: joins the process group (:meth:`setup`), then builds the
-    role's strategy (:data:`BUILDERS`); answers the group's calls.
+    role's strategy (:meth:`StrategySpec.build`); answers the group's calls.
 
     Args:
         rank: This rank.
         world_size: Ranks in the group.
-        role: A key of :data:`BUILDERS`.
-        strategy_name: The strategy every rank builds.
-        model_path: The model's Hugging Face folder.
-        strategy_config: ROLL's ``strategy_config`` for the strategy.
-        settings: The role's settings (keyword arguments of the builder).
+        spec: The strategy every rank builds.
         backend: ``gloo`` or ``nccl`` (None: :func:`group_backend`'s choice).
     """
 
     def __init__(
-        self,
-        rank: int,
-        world_size: int,
-        role: str,
-        strategy_name: str,
-        model_path: str,
-        strategy_config: Mapping[str, Any],
-        settings: Mapping[str, Any],
-        *,
-        backend: str | None = None,
+        self, rank: int, world_size: int, spec: StrategySpec, *, backend: str | None = None
     ) -> None:
         self.rank = rank
         self.world_size = world_size
-        self.build = BUILDERS[role]
-        self.strategy_name = strategy_name
-        self.model_path = model_path
-        self.strategy_config = dict(strategy_config)
-        self.settings = dict(settings)
+        self.spec = spec
         self.backend = backend
         self.strategy: Any = None
         self._export: Iterator[dict[str, torch.Tensor]] = iter(())
@@ -127,7 +137,7 @@ class GroupRank:
                 raise ValueError("a group of several ranks needs master_address and master_port")
             import torch.distributed as dist
 
-            backend = self.backend or group_backend(self.strategy_name, self.settings)
+            backend = self.backend or group_backend(self.spec.strategy_name, self.spec.settings)
             dist.init_process_group(
                 backend,
                 init_method=f"tcp://{master_address}:{master_port}",
@@ -135,9 +145,7 @@ class GroupRank:
                 world_size=self.world_size,
                 timeout=GROUP_TIMEOUT,
             )
-        self.strategy = self.build(
-            self.strategy_name, Path(self.model_path), self.strategy_config, **self.settings
-        )
+        self.strategy = self.spec.build()
 
     def pid(self) -> int:
         """This rank's process id."""
@@ -317,36 +325,27 @@ GROUPS: dict[str, type[RankGroup]] = {"actor_train": PolicyGroup, "critic": Crit
 
 def start_rank_group(
     cluster: Any,
-    role: str,
     placements: Sequence[Any],
+    spec: StrategySpec,
     *,
-    strategy_name: str,
-    model_path: Path,
-    strategy_config: Mapping[str, Any],
-    settings: Mapping[str, Any],
     rpc_timeout: float | None = None,
 ) -> Any:
     """Spawn one :class:`GroupRank` per placement, named ``role[rank]``, join them in a
-    process group (rank 0 hosts it) and build the strategy on each.
+    process group (rank 0 hosts it) and build ``spec`` on each.
 
     Args:
         cluster: The :class:`~agentgym.cluster.Cluster` to spawn on.
-        role: ``actor_train`` (a :class:`PolicyGroup` comes back) or ``critic``
-            (a :class:`CriticGroup`).
         placements: The role's :class:`~agentgym.cluster.WorkerPlacement`\\ s, rank order.
-        strategy_name: The strategy every rank builds.
-        model_path: The model's folder (readable on every node).
-        strategy_config: The strategy's own options.
-        settings: The role's settings (dtype, learning rate, ...).
+        spec: What every rank builds; its role ``actor_train`` gives back a
+            :class:`PolicyGroup`, ``critic`` a :class:`CriticGroup`.
         rpc_timeout: Seconds a call to the ranks may take.
     """
     world = len(placements)
-    arguments = (role, strategy_name, str(model_path), dict(strategy_config), dict(settings))
     handles = [
-        cluster.spawn(placement.spec(), GroupRank, placement.rank, world, *arguments)
+        cluster.spawn(placement.spec(), GroupRank, placement.rank, world, spec)
         for placement in placements
     ]
-    group = GROUPS[role](handles, rpc_timeout=rpc_timeout)
+    group = GROUPS[spec.role](handles, rpc_timeout=rpc_timeout)
     address = port = None
     if world > 1:
         address = cluster.node_address(placements[0].node)

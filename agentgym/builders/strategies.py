@@ -8,8 +8,8 @@ from typing import Any
 
 from agentgym.cluster import Cluster
 from agentgym.schema import TrainConfig
-from agentgym.trainers.ranks import start_rank_group
-from agentgym.trainers.strategies import Critic, Strategy, build_critic, build_strategy
+from agentgym.trainers.ranks import StrategySpec, start_rank_group
+from agentgym.trainers.strategies import Critic, Strategy
 from agentgym.trainers.strategies.lora import lora_settings
 from agentgym.trainers.strategies.optim import OptimizerConfig, optimizer_steps
 
@@ -96,16 +96,8 @@ def _role_strategy(
     """A training role's strategy: built in this process (``distributed=local``), or one
     rank per device of the role's ``device_mapping`` on ``cluster``."""
     options = getattr(config, role_name).strategy_args.strategy_config
+    spec = StrategySpec(role_name, name, path, options, settings)
     if cluster is None or cluster.kind == "local":
-        build = {"actor_train": build_strategy, "critic": build_critic}[role_name]
-        return build(name, path, options, **settings)
-    return start_rank_group(
-        cluster,
-        role_name,
-        config.placement.workers[role_name],
-        strategy_name=name,
-        model_path=path,
-        strategy_config=options,
-        settings=settings,
-        rpc_timeout=config.rpc_timeout,
-    )
+        return spec.build()
+    workers = config.placement.workers[role_name]
+    return start_rank_group(cluster, workers, spec, rpc_timeout=config.rpc_timeout)

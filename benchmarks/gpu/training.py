@@ -111,15 +111,8 @@ def one_device(ctx: Context) -> Devices:
 def planned_layouts(ctx: Context, shape: ModelShape) -> list[Layout]:
     """The layouts the planner keeps for this process's one device and the step's batch,
     best first: its memory, the measured peak and the planner's stated efficiency."""
-    devices = Devices(
-        count=1,
-        memory_gib=ctx.device_memory_gib(),
-        per_node=1,
-        peak_tflops=ctx.peak_tflops or 989.0,
-    )
-    kept = [
-        plan.layout for plan in search(shape, devices, workload(ctx.settings)) if not plan.refused
-    ]
+    plans = search(shape, one_device(ctx), workload(ctx.settings))
+    kept = [plan.layout for plan in plans if not plan.refused]
     if not kept:
         raise RuntimeError(f"the planner found no layout for {shape.name} on this device")
     return kept

@@ -12,7 +12,7 @@ import torch
 from agentgym.builders.recipe import default_grpo_config
 from agentgym.cluster import Cluster, plan_placement, start_cluster
 from agentgym.schema import validate
-from agentgym.trainers.ranks import CriticGroup, start_rank_group
+from agentgym.trainers.ranks import CriticGroup, StrategySpec, start_rank_group
 from agentgym.trainers.strategies import Critic
 from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.strategies.torch_critic import TorchCritic
@@ -34,16 +34,8 @@ def group(cluster: Cluster, model_dir: Path, ranks: int) -> CriticGroup:
     plan = plan_placement(
         {"critic": list(range(ranks))}, num_nodes=cluster.num_nodes, num_gpus_per_node=0
     )
-    return start_rank_group(
-        cluster,
-        "critic",
-        plan.workers["critic"],
-        strategy_name="torch",
-        model_path=model_dir,
-        strategy_config={},
-        settings=SETTINGS,
-        rpc_timeout=300,
-    )
+    spec = StrategySpec("critic", "torch", model_dir, {}, SETTINGS)
+    return start_rank_group(cluster, plan.workers["critic"], spec, rpc_timeout=300)
 
 
 def two_steps(critic: Critic) -> tuple[list[dict[str, float]], torch.Tensor]:

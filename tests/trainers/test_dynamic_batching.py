@@ -14,7 +14,7 @@ import torch
 from agentgym.builders.recipe import default_grpo_config, grpo_config
 from agentgym.errors import ConfigError
 from agentgym.schema import TrainConfig, validate
-from agentgym.trainers.ranks import GroupRank
+from agentgym.trainers.ranks import GroupRank, StrategySpec
 from agentgym.trainers.strategies import micro_batches
 from agentgym.trainers.strategies.batching import (
     TokenBudget,
@@ -123,7 +123,9 @@ def test_logprobs_on_budgeted_micro_batches_come_back_in_the_batchs_order(
     reference = strategy.reference_logprobs(batch, TokenBudget(max_tokens=64, round_to=8))
     torch.testing.assert_close(reference[real], expected[real], rtol=0, atol=1e-5)
     # through a trainer rank, as the worker group calls it
-    rank = GroupRank(0, 1, "actor_train", "torch", str(tiny_model_dir), {}, {"temperature": 0.7})
+    rank = GroupRank(
+        0, 1, StrategySpec("actor_train", "torch", tiny_model_dir, {}, {"temperature": 0.7})
+    )
     rank.setup(None, None)
     through = rank.rows("logprobs", batch, BUDGET)
     torch.testing.assert_close(through[real], expected[real], rtol=0, atol=1e-5)

@@ -11,7 +11,7 @@ import torch
 
 from agentgym.builders.recipe import default_grpo_config
 from agentgym.cluster import Cluster, plan_placement, start_cluster
-from agentgym.trainers.ranks import PolicyGroup, deal, start_rank_group
+from agentgym.trainers.ranks import PolicyGroup, StrategySpec, deal, start_rank_group
 from agentgym.trainers.strategies import Strategy
 from agentgym.trainers.strategies.optim import OptimizerConfig
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
@@ -46,16 +46,8 @@ def group(cluster: Cluster, model_dir: Path, ranks: int) -> PolicyGroup:
     plan = plan_placement(
         {"actor_train": list(range(ranks))}, num_nodes=cluster.num_nodes, num_gpus_per_node=0
     )
-    return start_rank_group(
-        cluster,
-        "actor_train",
-        plan.workers["actor_train"],
-        strategy_name="torch",
-        model_path=model_dir,
-        strategy_config={},
-        settings=SETTINGS,
-        rpc_timeout=300,
-    )
+    spec = StrategySpec("actor_train", "torch", model_dir, {}, SETTINGS)
+    return start_rank_group(cluster, plan.workers["actor_train"], spec, rpc_timeout=300)
 
 
 def two_steps(strategy: Strategy) -> tuple[list[dict[str, float]], dict[str, torch.Tensor]]:

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("megatron.core")
 
 from agentgym.cluster import Cluster, plan_placement, start_cluster
-from agentgym.trainers.ranks import start_rank_group
+from agentgym.trainers.ranks import StrategySpec, start_rank_group
 from agentgym.trainers.strategies.torch_strategy import TorchStrategy
 from tests.trainers.megatron.launch import model_dir
 from tests.trainers.megatron.ranks import SETTINGS, two_steps
@@ -35,16 +35,10 @@ def test_tp2_group_on_ray_trains_exports_and_saves(
     qwen_dir = model_dir(tmp_path_factory.mktemp("megatron-group"))
     single: Any = two_steps(TorchStrategy(qwen_dir, **SETTINGS))
     plan = plan_placement({"actor_train": [0, 1]}, num_nodes=1, num_gpus_per_node=0)
-    group = start_rank_group(
-        ray_cluster,
-        "actor_train",
-        plan.workers["actor_train"],
-        strategy_name="megatron_train",
-        model_path=qwen_dir,
-        strategy_config={"tensor_model_parallel_size": 2},
-        settings=SETTINGS,
-        rpc_timeout=300,
+    spec = StrategySpec(
+        "actor_train", "megatron_train", qwen_dir, {"tensor_model_parallel_size": 2}, SETTINGS
     )
+    group = start_rank_group(ray_cluster, plan.workers["actor_train"], spec, rpc_timeout=300)
     try:
         assert len({handle.call_sync("pid") for handle in group.handles}) == 2
         # export_weights (inside two_steps) needs both TP ranks: it would hang on rank 0 alone
@@ -74,16 +68,8 @@ def test_four_data_parallel_ranks_on_ray_take_six_rows(
     expected = [single.logprobs(part) * part.loss_mask for part in (batch, first)]
     single_run: Any = two_steps(single)  # 6 micro-batches a mini-batch: 8 on 4 replicas
     plan = plan_placement({"actor_train": [0, 1, 2, 3]}, num_nodes=1, num_gpus_per_node=0)
-    group = start_rank_group(
-        ray_cluster,
-        "actor_train",
-        plan.workers["actor_train"],
-        strategy_name="megatron_train",
-        model_path=qwen_dir,
-        strategy_config={},
-        settings=SETTINGS,
-        rpc_timeout=300,
-    )
+    spec = StrategySpec("actor_train", "megatron_train", qwen_dir, {}, SETTINGS)
+    group = start_rank_group(ray_cluster, plan.workers["actor_train"], spec, rpc_timeout=300)
     try:
         for part, logprobs in zip((batch, first), expected, strict=True):
             got = group.logprobs(part) * part.loss_mask  # the torch strategy's: 0 off it
