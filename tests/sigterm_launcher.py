@@ -51,9 +51,10 @@ def phases() -> dict[str, Phase]:
     from agentgym.builders import engines, strategies
     from agentgym.rollout.backends.hf import HFBackend
     from agentgym.trainers import grpo, run_state, updates
+    from agentgym.trainers.ranks import StrategySpec
 
     return {
-        "model build": Phase((strategies, "policy_strategy"), (strategies, "build_strategy")),
+        "model build": Phase((strategies, "policy_strategy"), (StrategySpec, "build")),
         "engine start": Phase((engines, "generation_backend"), (engines, "make_backend")),
         "validation": Phase((grpo, "evaluate_step"), (HFBackend, "generate")),
         "policy update": Phase((grpo, "update_policy"), (updates, "minibatches")),
