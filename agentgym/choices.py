@@ -150,13 +150,13 @@ def parse_lora_target(value: str | list[str] | tuple[str, ...]) -> tuple[str, ..
     return names
 
 
-MODES = ("both", "explore", "train", "bench")
+MODES = ("both", "explore", "train", "serve", "bench")
 """``mode`` (Trinity-RFT's key): one process that explores and trains, the explorer's
-or the trainer's half of a decoupled job (docs/explorer_trainer.md), or the evaluation
-of a finished run's checkpoints (docs/bench.md)."""
+or the trainer's half of a decoupled job (docs/explorer_trainer.md), an explorer that
+serves the OpenAI API to agents started by someone else (docs/agents.md), or the
+evaluation of a finished run's checkpoints (docs/bench.md)."""
 
 UNBUILT_MODES = {
-    "serve": "mode=serve (Trinity-RFT's serving explorer) is not built; use mode=explore",
     "colocate": "mode=colocate is not built; use mode=both (explorer and trainer in one process)",
 }
 """Trinity-RFT's other modes, with what to use instead."""

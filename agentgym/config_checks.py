@@ -266,12 +266,12 @@ def check_decoupled(config: TrainConfig) -> None:
                 f"model.device={config.model.device!r}: set model.device=cuda, or use "
                 "sync_method checkpoint or memory"
             )
-    if config.mode == "explore" and config.is_use_additional_prompts:
+    if config.mode in ("explore", "serve") and config.is_use_additional_prompts:
         raise ConfigError(
-            "mode=explore writes every complete group to the buffer: is_use_additional_prompts "
+            f"mode={config.mode} writes every complete group to the buffer: is_use_additional_prompts "
             "(cancelling the slowest groups of a step) does not apply; unset it"
         )
-    if config.async_generation_ratio and config.mode in ("explore", "train"):
+    if config.async_generation_ratio and config.mode in ("explore", "serve", "train"):
         conflict = config.sync_schedule.conflict(config.async_generation_ratio)
         if conflict:
             raise ConfigError(conflict)

@@ -323,6 +323,10 @@ class Agent(Section):
     runner that plays through the OpenAI-compatible proxy, which records the policy's
     tokens exactly (docs/agents.md): ``runner`` is ``env`` (the built-in runner that
     plays the registered env) or an import path ``package.module:Class``.
+
+    ``mode: serve`` serves agents started by someone else on ``host:port`` (Trinity-RFT's
+    ``explorer.listen_address`` and ``proxy_port``); they send ``api_key`` (unset: a
+    new key, written with the address to ``<job folder>/serve/<explorer>.json``).
     """
 
     kind: Choice("agent.kind", AGENT_KINDS) = "env"  # type: ignore[valid-type]
@@ -330,6 +334,7 @@ class Agent(Section):
     timeout: PositiveFloat = 600.0
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 0
+    api_key: str | None = None
 
 
 class Buffer(Section):

@@ -16,7 +16,7 @@ from typing import Any
 from agentgym import stopping
 from agentgym.bench import run_bench
 from agentgym.builders.cluster import apply_system_envs
-from agentgym.builders.explore import build_explorer
+from agentgym.builders.explore import build_explorer, build_server
 from agentgym.builders.train import build_train
 from agentgym.console import echo
 from agentgym.errors import ConfigError
@@ -24,6 +24,7 @@ from agentgym.eval import given_keys
 from agentgym.job.explorer import explore
 from agentgym.library_logging import LIBRARY_LOG_FILE, library_logs
 from agentgym.plot import plot_validation, read_metrics
+from agentgym.proxy.serve import serve
 from agentgym.schema import TrainConfig
 from agentgym.trainers.batch_prep import RolloutFailedError
 from agentgym.trainers.grpo import train
@@ -36,7 +37,7 @@ def run_mode(config: TrainConfig, resolved: dict[str, Any], started: float) -> N
     one line naming why."""
     apply_system_envs(config)
     try:
-        if config.mode == "explore":
+        if config.mode in ("explore", "serve"):
             run_explorer(config, resolved, started)
         elif config.mode == "bench":  # evaluate a finished run's checkpoints (docs/bench.md)
             run_bench(config, given_keys(), started)
@@ -108,7 +109,8 @@ def run_training(config: TrainConfig, resolved: dict[str, Any], started: float) 
 
 
 def run_explorer(config: TrainConfig, resolved: dict[str, Any], started: float) -> None:
-    """``mode: explore``: build the envs and engines, explore until the trainer finishes."""
+    """``mode: explore | serve``: build the envs (or the server) and the engines, and
+    explore (or serve agents) until the trainer finishes."""
     output_dir = Path(config.output_dir)
     log = output_dir / CONSOLE_LOG_FILE
     stopping.describe(
@@ -121,11 +123,14 @@ def run_explorer(config: TrainConfig, resolved: dict[str, Any], started: float) 
     )
     try:
         with library_logs(output_dir / LIBRARY_LOG_FILE) as library:
-            batches = explore(build_explorer(config, resolved))
+            if config.mode == "serve":
+                done = f"{serve(build_server(config, resolved))} groups served"
+            else:
+                done = f"{explore(build_explorer(config, resolved))} batches"
     except KeyboardInterrupt as interrupt:
         sys.exit(stopping.report(interrupt))
     echo(
-        f"explorer {config.explorer.name}: {batches} batches in "
+        f"explorer {config.explorer.name}: {done} in "
         f"{time.perf_counter() - started:.0f} s; output: {output_dir}",
         log,
     )

@@ -1,5 +1,6 @@
 """``mode: explore``: an explorer's parts (envs, engines, the job's buffer and weight
-channel, a tracker; no strategy)."""
+channel, a tracker; no strategy); ``mode: serve``: a serving explorer's (engines, the
+validation envs, the job's ends, a tracker)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from agentgym.builders.engines import run_engines
 from agentgym.builders.env_check import check_envs
 from agentgym.builders.job import connect_to_job
 from agentgym.builders.model import model_path
-from agentgym.builders.rollouts import build_rollouts
+from agentgym.builders.rollouts import build_rollouts, rollout_config, val_rollout
 from agentgym.builders.run_folder import open_run_folder
 from agentgym.job.explorer import ExplorerParts, close_all
+from agentgym.proxy.serve import ServeParts
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.schema import TrainConfig
 
@@ -60,5 +62,59 @@ def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerPar
         eval_steps=config.eval_steps,
         eval_on_startup=config.validation.on_startup,
         sync_timeout=config.synchronizer.sync_timeout,
+        close=lambda: close_all(closers),
+    )
+
+
+def build_server(config: TrainConfig, resolved: dict[str, Any]) -> ServeParts:
+    """``mode: serve``'s parts: the engines, the validation envs (``eval_steps``), a
+    tracker and the job's ends; no train envs (the agents bring their own)."""
+    if config.eval_steps:
+        check_envs(config)
+    path = model_path(config)
+    workers = build_cluster(config)
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    closers: list[Callable[[], Any]] = [workers.shutdown]
+    try:
+        backend = run_engines(config, path, output_dir, workers)
+        chat = ChatTokenizer(AutoTokenizer.from_pretrained(str(path)))
+        val = val_rollout(config, backend, chat, workers) if config.eval_steps else None
+        if val is not None:
+            closers.insert(0, val.manager.close)
+        tracker = open_run_folder(
+            config, resolved, exp_name=f"{config.exp_name}-{config.explorer.name}"
+        )
+        closers.insert(0, tracker.close)
+    except BaseException:
+        close_all(closers)
+        raise
+    print(
+        f"mode=serve: explorer {config.explorer.name}, job folder {config.job_dir}; "
+        f"generation backend: {config.backend_name}; model: {path}",
+        flush=True,
+    )
+    job = connect_to_job(config)
+    agent = config.agent
+    return ServeParts(
+        name=config.explorer.name,
+        job_dir=config.job_dir,
+        buffer=job.buffer,
+        weights=job.weights,
+        backend=backend,
+        chat=chat,
+        config=rollout_config(config),
+        val=val,
+        tracker=tracker,
+        ratio=config.staleness_versions,
+        group_size=config.train_env_manager.group_size,
+        max_steps=config.max_steps,
+        eval_steps=config.eval_steps,
+        eval_on_startup=config.validation.on_startup,
+        sync_timeout=config.synchronizer.sync_timeout,
+        host=agent.host,
+        port=agent.port,
+        api_key=agent.api_key,
+        timeout=agent.timeout,
         close=lambda: close_all(closers),
     )

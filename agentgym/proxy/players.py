@@ -153,7 +153,7 @@ class ProxyPlayer:
             trajectory.error = traceback.format_exc(limit=-8)
         finally:
             server.finish(session)
-        _fill(trajectory, recorder, session, result)
+        fill_trajectory(trajectory, recorder, session, result)
         return trajectory
 
     def metrics(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -172,7 +172,7 @@ class ProxyPlayer:
         return await asyncio.to_thread(run, task, session.base_url, token)  # type: ignore[arg-type]
 
 
-def _fill(
+def fill_trajectory(
     trajectory: Trajectory, recorder: SessionRecorder, session: Session, result: AgentResult | None
 ) -> None:
     """The trajectory from the session's recording and the runner's report."""

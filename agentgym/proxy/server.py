@@ -13,6 +13,10 @@ every request carries the run's bearer token. Routes under a session:
 * ``POST /feedback`` (beside ``/v1``): the episode's reward, which ends the session
   (Trinity-RFT's serve mode).
 
+A server that serves agents started by someone else (``mode: serve``,
+:mod:`agentgym.proxy.serve`) also answers ``POST /sessions``, which opens a session
+for a task and returns its base URL.
+
 A bad request gets OpenAI's error body with a 4xx status; the server goes on.
 FastAPI and uvicorn come with the ``[proxy]`` extra.
 """
@@ -24,7 +28,7 @@ import json
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +66,8 @@ class Session:
         finished: No more requests are taken (the runner returned, or feedback came).
         late_calls: Requests that came after it finished.
         feedback: The reward the agent posted, if it did.
+        opened: When it was opened (``time.monotonic``).
+        task: The task it plays, as its opener named it (``mode: serve``).
     """
 
     name: str
@@ -70,6 +76,8 @@ class Session:
     finished: bool = False
     late_calls: int = 0
     feedback: Feedback | None = None
+    opened: float = field(default_factory=time.monotonic)
+    task: str | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -83,6 +91,12 @@ class ProxyServer:
         model_name: The model id ``/models`` reports (requests may name any).
         max_sessions_kept: Finished sessions remembered (their late calls are answered
             410 and counted, as ROLL answers them); older ones are forgotten (404).
+        token: The bearer token every request must carry (None: a new random one).
+
+    Attributes:
+        opener: Answers ``POST /sessions`` with a new session for the body's ``task``
+            (None: the route answers 404; the run opens its sessions itself).
+        on_finish: Called with each session as it finishes.
     """
 
     def __init__(
@@ -92,11 +106,14 @@ class ProxyServer:
         *,
         model_name: str = "policy",
         max_sessions_kept: int = 4096,
+        token: str | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.model_name = model_name
-        self.token = secrets.token_urlsafe(24)
+        self.token = token or secrets.token_urlsafe(24)
+        self.opener: Callable[[str | None], Awaitable[Session]] | None = None
+        self.on_finish: Callable[[Session], None] | None = None
         self.max_sessions_kept = max_sessions_kept
         self.sessions: dict[str, Session] = {}
         self._counter = 0
@@ -141,18 +158,22 @@ class ProxyServer:
             await self._task
             self._server = self._task = None
 
-    def open(self, recorder: SessionRecorder) -> Session:
+    def open(self, recorder: SessionRecorder, task: str | None = None) -> Session:
         """A new session recording into ``recorder``."""
         self._counter += 1
         name = f"{self._counter:x}{secrets.token_hex(4)}"
         recorder.session = name
-        session = Session(name, recorder, f"{self.url}/s/{name}/v1")
+        session = Session(name, recorder, f"{self.url}/s/{name}/v1", task=task)
         self.sessions[name] = session
         return session
 
     def finish(self, session: Session) -> None:
         """Take no more requests in ``session`` (later ones are answered 410 Gone and counted)."""
+        if session.finished:
+            return
         session.finished = True
+        if self.on_finish is not None:
+            self.on_finish(session)
         finished = [name for name, s in self.sessions.items() if s.finished]
         for name in finished[: max(0, len(finished) - self.max_sessions_kept)]:
             del self.sessions[name]
@@ -164,14 +185,7 @@ class ProxyServer:
             ProxyError: 401 without the run's token, 404 for an unknown session,
                 410 for a finished one (counted in its ``late_calls``).
         """
-        expected = f"Bearer {self.token}"
-        if authorization is None or not secrets.compare_digest(authorization, expected):
-            raise ProxyError(
-                401,
-                "missing or wrong bearer token: use the api_key the runner was given",
-                code="invalid_api_key",
-                kind="authentication_error",
-            )
+        self.check_token(authorization)
         found = self.sessions.get(name)
         if found is None:
             raise ProxyError(404, f"no session {name!r} on this proxy", code="unknown_session")
@@ -181,6 +195,17 @@ class ProxyServer:
                 410, f"session {name!r} has finished: its episode is over", code="session_finished"
             )
         return found
+
+    def check_token(self, authorization: str | None) -> None:
+        """Raise 401 unless ``authorization`` carries the run's bearer token."""
+        expected = f"Bearer {self.token}"
+        if authorization is None or not secrets.compare_digest(authorization, expected):
+            raise ProxyError(
+                401,
+                "missing or wrong bearer token: use the api_key the runner was given",
+                code="invalid_api_key",
+                kind="authentication_error",
+            )
 
 
 def _quiet_server(config: Any) -> Any:
@@ -215,6 +240,18 @@ def build_app(proxy: ProxyServer) -> Any:
         if not isinstance(body, dict):
             raise ProxyError(400, "the request body must be a JSON object")
         return body
+
+    @app.post("/sessions")
+    async def sessions(request: Request) -> dict[str, Any]:
+        proxy.check_token(request.headers.get("authorization"))
+        if proxy.opener is None:
+            raise ProxyError(404, "this proxy opens its sessions itself", code="unknown_route")
+        body = await body_of(request) if await request.body() else {}
+        task = body.get("task")
+        if task is not None and not isinstance(task, str | int):
+            raise ProxyError(400, "'task' must be a string or an integer")
+        session = await proxy.opener(None if task is None else str(task))
+        return {"session": session.name, "base_url": session.base_url, "task": session.task}
 
     @app.get("/s/{name}/v1/models")
     async def models(name: str, request: Request) -> dict[str, Any]:
