@@ -268,8 +268,9 @@ def check_decoupled(config: TrainConfig) -> None:
             )
     if config.mode in ("explore", "serve") and config.is_use_additional_prompts:
         raise ConfigError(
-            f"mode={config.mode} writes every complete group to the buffer: is_use_additional_prompts "
-            "(cancelling the slowest groups of a step) does not apply; unset it"
+            f"mode={config.mode} writes every complete group to the buffer: "
+            "is_use_additional_prompts (cancelling the slowest groups of a step) does not "
+            "apply; unset it"
         )
     if config.async_generation_ratio and config.mode in ("explore", "serve", "train"):
         conflict = config.sync_schedule.conflict(config.async_generation_ratio)

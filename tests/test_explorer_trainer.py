@@ -214,11 +214,11 @@ def test_a_trainer_without_explorers_fails_naming_them(tmp_path: Path, cache: Pa
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("mode=serve", "use mode=explore"),
+        ("mode=colocate", "use mode=both"),
         ("synchronizer.sync_method=nccl", r"needs GPUs \(torch sees no CUDA device\); use check"),
         ("synchronizer.sync_method=online", "nccl needs GPUs"),  # Trinity's alias
         ("buffer.storage_type=jsonl", r"not one of \['sql', 'queue', 'file'\]"),
-        ("mode=expolre", r"not one of \['both', 'explore', 'train', 'bench'"),
+        ("mode=expolre", r"not one of \['both', 'explore', 'train', 'serve', 'bench'"),
     ],
 )
 def test_modes_and_methods_not_built_fail_at_the_config_check(override: str, message: str) -> None:

@@ -76,6 +76,17 @@ def test_the_unshrunk_files_resolve_to_trinity_meanings(taskset: Path) -> None:
     assert trainer["kl_loss_coef"] == "0.001" and trainer["use_kl_loss"] == "true"
 
 
+def test_the_explorer_file_in_serve_mode_serves_on_trinitys_port(taskset: Path) -> None:
+    served = arguments(
+        "explorer", "mode=serve", "explorer.proxy_port=8010", "explorer.listen_address=0.0.0.0",
+        "explorer.max_timeout=90",
+    )  # fmt: skip
+    assert served["mode"] == "'serve'" and served["train_env_manager.env_groups"] == "64"
+    assert (served["agent.port"], served["agent.host"], served["agent.timeout"]) == (
+        "8010", "'0.0.0.0'", "90",
+    )  # fmt: skip
+
+
 def test_fitting_lists_each_change_for_a_cpu_machine(taskset: Path) -> None:
     translation = from_trinity(load_trinity(FILES / "trainer.yaml"), machine=CPU)
     fitted = {change.key: change.fitted for change in translation.changes}

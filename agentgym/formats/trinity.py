@@ -26,6 +26,8 @@ any other: :func:`from_trinity`. Every key means what it means in Trinity
 * ``model.model_path``, ``max_model_len`` (the sequence budget),
   ``max_response_tokens``; ``cluster.node_num``, ``gpu_per_node``;
 * ``explorer.name``, ``runner_per_model`` (episodes in flight per engine),
+  ``proxy_port``, ``listen_address`` and ``max_timeout`` (``mode: serve``'s server:
+  ``agent.port``, ``agent.host``, ``agent.timeout``),
   ``rollout_model.engine_num`` and ``tensor_parallel_size``, its vLLM arguments
   (``enable_prefix_caching``, ``gpu_memory_utilization``, ``enforce_eager``), ``dtype``
   and ``seed``;
@@ -154,7 +156,7 @@ def from_trinity(
             f"algorithm.repeat_times={repeat}"
         )
     trainer_groups = train_batch // repeat
-    explorer_mode = raw.get("mode", "both") == "explore"
+    explorer_mode = raw.get("mode", "both") in ("explore", "serve")
     groups = batch if explorer_mode else trainer_groups
     samples = groups * repeat
     micro = max(d for d in range(1, min(samples, 8) + 1) if samples % d == 0)
@@ -205,6 +207,10 @@ def from_trinity(
         values["actor_infer.model_args.dtype"] = rollout_model["dtype"]
     if "seed" in rollout_model:  # the engines' seed; here the run's (envs' seeds too)
         values["seed"] = rollout_model["seed"]
+    serving = {"proxy_port": "port", "listen_address": "host", "max_timeout": "timeout"}
+    for key, ours in serving.items():  # mode: serve's server, and each session's time
+        if key in explorer:
+            values[f"agent.{ours}"] = explorer[key]
     if "runner_per_model" in explorer:
         values["max_running_requests"] = int(explorer["runner_per_model"]) * engines
 

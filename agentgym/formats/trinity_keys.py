@@ -47,7 +47,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "buffer.trainer_input.experience_buffer": ("name", "storage_type", "path"),
     "explorer": (
         "name", "runner_per_model", "rollout_model", "bench_on_latest_checkpoint",
-        "eval_interval", "eval_on_startup",
+        "eval_interval", "eval_on_startup", "proxy_port", "listen_address", "max_timeout",
     ),
     "explorer.rollout_model": (
         "engine_num", "tensor_parallel_size", *ENGINE_OPTIONS, "dtype", "seed",

@@ -254,6 +254,8 @@ def test_bad_requests_get_openai_errors_and_the_server_goes_on(tokenizer: Any) -
                 "no token": (await post(good, headers={}), 401),
                 "wrong token": (await post(good, headers={"Authorization": "Bearer nope"}), 401),
                 "unknown session": (await post(good, at=url.replace(session.name, "nope")), 404),
+                # sessions are opened by the run here, not by agents (mode=serve's route)
+                "open a session": (await post({}, at=f"{server.url}/sessions"), 404),
                 "bad role": (await post({"messages": [{"role": "robot", "content": "x"}]}), 400),
                 "bad tool schema": (
                     await post({**good, "tools": [{"type": "function", "function": "add"}]}),
