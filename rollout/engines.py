@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import torch
 
     from agentgym.envs.text_env import TextEnv
+    from agentgym.proxy.hosts import OpenedSession, Recording, SessionSpec
 
 ENGINE_CONCURRENCY = 1024
 """Calls an engine actor serves at once: enough for every episode's request in
@@ -46,7 +47,31 @@ class EngineWorker:
 
     def __init__(self, name: str, backend: str, model_path: str, **backend_kwargs: Any) -> None:
         self.name = name
+        self.model_path = model_path
         self.backend = make_backend(backend, model_path, **backend_kwargs)
+        self._proxy: Any = None  # the proxy's sessions here, with the model's template
+
+    async def open_session(self, spec: SessionSpec) -> OpenedSession:
+        """A proxy session on this engine's own server (started on first use, in this
+        process), generating on this engine (``agent.kind: proxy`` under Ray)."""
+        from transformers import AutoTokenizer
+
+        from agentgym.proxy.hosts import ServerSessions
+        from agentgym.rollout.chat import ChatTokenizer
+
+        if self._proxy is None:
+            chat = ChatTokenizer(AutoTokenizer.from_pretrained(self.model_path))
+            self._proxy = (ServerSessions(), chat)
+        sessions, chat = self._proxy
+        opened: OpenedSession = await sessions.open(spec, self.backend, chat)
+        return opened
+
+    async def close_session(self, name: str) -> Recording:
+        """Finish proxy session ``name`` and return its recording."""
+        from agentgym.proxy.hosts import OpenedSession
+
+        recording: Recording = await self._proxy[0].close(OpenedSession(name, "", ""))
+        return recording
 
     def pid(self) -> int:
         """The engine process's id."""
@@ -75,7 +100,9 @@ class EngineWorker:
         await self.backend.update_weights(weights)
 
     async def close(self) -> None:
-        """Release the engine."""
+        """Release the engine (and stop its proxy server, if it started one)."""
+        if self._proxy is not None:
+            await self._proxy[0].stop()
         await self.backend.close()
 
     def _loader(self) -> BucketLoader:
@@ -131,6 +158,20 @@ class EngineClient:
         """
         result: Generation = await self._call("generate", list(prompt_ids), params)
         return result
+
+    async def open_session(self, spec: SessionSpec) -> OpenedSession:
+        """A proxy session on the engine's own server (:class:`EngineWorker.open_session`).
+
+        Raises:
+            GenerationError: Naming the engine, when it died, timed out or failed.
+        """
+        opened: OpenedSession = await self._call("open_session", spec)
+        return opened
+
+    async def close_session(self, name: str) -> Recording:
+        """Finish the engine's proxy session ``name``; its recording."""
+        recording: Recording = await self._call("close_session", name)
+        return recording
 
     async def begin_weight_update(self) -> None:
         """See :class:`~agentgym.rollout.router.BucketLoader`."""

@@ -46,12 +46,14 @@ def rollout_config(config: TrainConfig, *, validation: bool = False) -> RolloutC
 def episode_players(config: TrainConfig) -> PlayerFactory | None:
     """Who plays the episodes (``agent.kind``): None, the env manager's own loop; for
     ``proxy``, agents through the OpenAI-compatible proxy (one server per event loop,
-    shared by the train and validation episodes)."""
+    shared by the train and validation episodes; under ``distributed=ray``, one in each
+    engine's process)."""
     agent = config.agent
     if agent.kind == "env":
         return None
     return ProxyPlayers(
-        AgentSettings(runner=agent.runner, timeout=agent.timeout, host=agent.host, port=agent.port)
+        AgentSettings(runner=agent.runner, timeout=agent.timeout, host=agent.host, port=agent.port),
+        on_engines=config.distributed == "ray",
     )
 
 

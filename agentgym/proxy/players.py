@@ -20,17 +20,27 @@ import traceback
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentgym.proxy.recorder import SessionRecorder
+from agentgym.proxy.hosts import (
+    EngineHost,
+    LocalHost,
+    OpenedSession,
+    Recording,
+    ServerSessions,
+    SessionHost,
+    SessionSpec,
+)
 from agentgym.proxy.runners import AgentResult, AgentRunner, AgentTask, load_runner
-from agentgym.proxy.server import ProxyServer, Session
 from agentgym.rollout.backends.base import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import Assignment
 from agentgym.rollout.loop import RolloutConfig, new_trajectory
 from agentgym.rollout.workers import EnvClient
 from agentgym.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from agentgym.rollout.engines import EngineClient
 
 
 @dataclass(frozen=True)
@@ -53,20 +63,33 @@ class AgentSettings:
 
 class ProxyPlayers:
     """Makes the proxy's episode players (a :class:`~agentgym.rollout.loop.PlayerFactory`)
-    and owns the proxy server of each event loop they play on.
+    and picks where each episode's session lives.
 
     Args:
         settings: The ``agent`` section.
         runner: The runner (default: the one ``settings.runner`` names).
+        on_engines: Host each session on the proxy server of an engine's own process
+            (``distributed=ray``; the engine with the fewest open sessions), when the
+            backend is engine workers (one, or a router over several); otherwise (and
+            by default) on this process's server, one per event loop. Under
+            ``async_generation_ratio`` the backend is the pausable client, which holds
+            requests for each weight sync and versions every response: sessions stay
+            on this process's server, where its requests pass through it.
     """
 
-    def __init__(self, settings: AgentSettings, runner: AgentRunner | None = None) -> None:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        runner: AgentRunner | None = None,
+        *,
+        on_engines: bool = False,
+    ) -> None:
         self.settings = settings
         self.runner = runner or load_runner(settings.runner)
-        self._servers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ProxyServer] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._starting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+        self.on_engines = on_engines
+        self.open_sessions: dict[str, int] = {}
+        """Sessions open on each engine (by its name)."""
+        self._servers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ServerSessions] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -80,23 +103,32 @@ class ProxyPlayers:
         """A player of one collection's episodes."""
         return ProxyPlayer(self, backend, chat, config, policy_version)
 
-    async def server(self) -> ProxyServer:
-        """The proxy server of the running event loop, started on first use."""
+    def host(self, backend: GenerationBackend, chat: ChatTokenizer) -> SessionHost:
+        """Where the next session lives: the least busy engine's server when sessions go
+        on engines, else the running loop's own server."""
+        engines = _engines(backend) if self.on_engines else []
+        if engines:
+            return EngineHost(min(engines, key=lambda e: self.open_sessions.get(e.name, 0)))
         loop = asyncio.get_running_loop()
-        lock = self._starting.setdefault(loop, asyncio.Lock())
-        async with lock:
-            server = self._servers.get(loop)
-            if server is None:
-                server = ProxyServer(self.settings.host, self.settings.port)
-                await server.start()
-                self._servers[loop] = server
-        return server
+        sessions = self._servers.get(loop)
+        if sessions is None:
+            sessions = self._servers[loop] = ServerSessions()
+        return LocalHost(sessions, backend, chat)
 
     async def close(self) -> None:
         """Stop the running loop's server, if it has one."""
-        server = self._servers.pop(asyncio.get_running_loop(), None)
-        if server is not None:
-            await server.stop()
+        sessions = self._servers.pop(asyncio.get_running_loop(), None)
+        if sessions is not None:
+            await sessions.stop()
+
+
+def _engines(backend: GenerationBackend) -> list[EngineClient]:
+    """The engine workers behind ``backend`` (none when any part of it is not one)."""
+    from agentgym.rollout.engines import EngineClient
+    from agentgym.rollout.router import Router
+
+    parts = backend.backends if isinstance(backend, Router) else [backend]
+    return list(parts) if all(isinstance(part, EngineClient) for part in parts) else []  # type: ignore[arg-type]
 
 
 @dataclass
@@ -110,22 +142,51 @@ class ProxyPlayer:
     policy_version: int
     env_calls: set[asyncio.Future[Any]] = field(default_factory=set)
     """Always empty: the runner's env calls are its own."""
+    on_engines: int = 0
+    """Sessions this player hosted on engines' own servers."""
 
     async def run(self, assignment: Assignment, env: EnvClient) -> Trajectory:
         """Play ``assignment`` with the runner; failures end the trajectory."""
-        config = self.config
+        config, settings = self.config, self.players.settings
         trajectory = new_trajectory(assignment, config.mode, self.policy_version)
-        server = await self.players.server()
-        recorder = SessionRecorder(
-            self.backend,
-            self.chat,
+        host = self.players.host(self.backend, self.chat)
+        spec = SessionSpec(
             config,
             group_id=assignment.group_id,
             env_index=assignment.slot.index,
             policy_version=self.policy_version,
-            backend_env=env.backend_env,
+            host=settings.host,
+            port=settings.port,
         )
-        session = server.open(recorder)
+        engine = host.engine.name if isinstance(host, EngineHost) else None
+        if engine is not None:
+            self.players.open_sessions[engine] = self.players.open_sessions.get(engine, 0) + 1
+            self.on_engines += 1
+        try:
+            try:
+                opened = await host.open(spec, env.backend_env)
+            except Exception:  # the engine that would host it is gone, or its server failed
+                trajectory.termination_reason = "generation_error"
+                trajectory.error = traceback.format_exc(limit=-8)
+                return trajectory
+            recording, result = await self._play(assignment, env, opened, trajectory, host)
+        finally:
+            if engine is not None:
+                self.players.open_sessions[engine] -= 1
+        fill_trajectory(trajectory, recording, result)
+        return trajectory
+
+    async def _play(
+        self,
+        assignment: Assignment,
+        env: EnvClient,
+        opened: OpenedSession,
+        trajectory: Trajectory,
+        host: SessionHost,
+    ) -> tuple[Recording, AgentResult | None]:
+        """Run the runner on ``opened`` within ``agent.timeout``; the session's recording
+        and the runner's report (None when it failed: ``trajectory.error`` says why)."""
+        config, settings = self.config, self.players.settings
         task = AgentTask(
             seed=assignment.seed,
             env_name=assignment.slot.name,
@@ -143,59 +204,61 @@ class ProxyPlayer:
         result: AgentResult | None = None
         try:
             result = await asyncio.wait_for(
-                self._play(task, session, server.token), self.players.settings.timeout
+                self._run_runner(task, opened.base_url, opened.token), settings.timeout
             )
         except TimeoutError:
-            trajectory.error = (
-                f"the agent did not return within agent.timeout={self.players.settings.timeout}s"
-            )
+            trajectory.error = f"the agent did not return within agent.timeout={settings.timeout}s"
         except Exception:
             trajectory.error = traceback.format_exc(limit=-8)
         finally:
-            server.finish(session)
-        fill_trajectory(trajectory, recorder, session, result)
-        return trajectory
+            recording = await host.close(opened)
+        return recording, result
 
     def metrics(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
-        """``proxy/requests`` (model calls per episode) and ``proxy/prefix_breaks`` (new
-        samples started because an agent rewrote its history, trajectory mode)."""
+        """``proxy/requests`` (model calls per episode), ``proxy/prefix_breaks`` (new
+        samples started because an agent rewrote its history, trajectory mode) and
+        ``proxy/on_engines`` (the share of sessions hosted in engines' processes)."""
         turns = [turn for trajectory in trajectories for turn in trajectory.turns]
+        episodes = max(len(trajectories), 1)
         return {
-            "proxy/requests": len(turns) / max(len(trajectories), 1),
+            "proxy/requests": len(turns) / episodes,
             "proxy/prefix_breaks": float(sum(turn.starts_sample for turn in turns)),
+            "proxy/on_engines": self.on_engines / episodes,
         }
 
-    async def _play(self, task: AgentTask, session: Session, token: str) -> AgentResult | None:
+    async def _run_runner(self, task: AgentTask, base_url: str, token: str) -> AgentResult | None:
         run = self.players.runner.run
         if inspect.iscoroutinefunction(run):
-            return await run(task, session.base_url, token)
-        return await asyncio.to_thread(run, task, session.base_url, token)  # type: ignore[arg-type]
+            return await run(task, base_url, token)
+        return await asyncio.to_thread(run, task, base_url, token)  # type: ignore[arg-type]
 
 
 def fill_trajectory(
-    trajectory: Trajectory, recorder: SessionRecorder, session: Session, result: AgentResult | None
+    trajectory: Trajectory, recording: Recording, result: AgentResult | None
 ) -> None:
     """The trajectory from the session's recording and the runner's report."""
-    trajectory.turns = recorder.turns
-    trajectory.messages = recorder.conversation
-    trajectory.tools = recorder.tools
+    trajectory.turns = recording.turns
+    trajectory.messages = recording.conversation
+    trajectory.tools = recording.tools
     if trajectory.turns:
         trajectory.policy_version = trajectory.turns[0].policy_version
-    if recorder.ending == "generation_error":
-        trajectory.termination_reason, trajectory.error = "generation_error", recorder.error
+    if recording.ending == "generation_error":
+        trajectory.termination_reason, trajectory.error = "generation_error", recording.error
         return
-    cut_short = recorder.ending in ("max_turns", "max_length")  # the proxy refused: a limit
+    cut_short = recording.ending in ("max_turns", "max_length")  # the proxy refused: a limit
     failure = None if cut_short and trajectory.turns else trajectory.error
     if failure is None and not trajectory.turns:
         failure = trajectory.error or "the agent returned without calling the model"
-    if failure is None and session.late_calls:
-        failure = f"the agent called the model {session.late_calls} time(s) after its episode ended"
+    if failure is None and recording.late_calls:
+        failure = (
+            f"the agent called the model {recording.late_calls} time(s) after its episode ended"
+        )
     if failure is not None:
         trajectory.termination_reason, trajectory.error = "agent_error", failure
         return
     trajectory.error = None
     result = result or AgentResult()
-    feedback = session.feedback
+    feedback = recording.feedback
     reports = result.turns or []
     for turn, report in zip(trajectory.turns, reports, strict=False):
         turn.reward = report.reward
@@ -208,4 +271,4 @@ def fill_trajectory(
         trajectory.turns[-1].reward += reward - sum(turn.reward for turn in trajectory.turns)
     trajectory.score = sum(turn.reward for turn in trajectory.turns)
     trajectory.success = result.success or bool(feedback is not None and feedback.success)
-    trajectory.termination_reason = recorder.ending or result.termination_reason or "terminated"
+    trajectory.termination_reason = recording.ending or result.termination_reason or "terminated"

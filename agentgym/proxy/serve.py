@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentgym.job.explorer import WeightsTimeoutError, close_all
 from agentgym.job.published_weights import Published, WeightChannel, WeightsGoneError
+from agentgym.proxy.hosts import Recording
 from agentgym.proxy.players import fill_trajectory
 from agentgym.proxy.recorder import ProxyError, SessionRecorder
 from agentgym.proxy.server import ProxyServer, Session
@@ -298,7 +299,7 @@ class ServingExplorer:
                 f"no feedback within agent.timeout={self.parts.timeout:g} s: post the reward "
                 f"to /s/{session.name}/feedback"
             )
-        fill_trajectory(trajectory, recorder, session, None)
+        fill_trajectory(trajectory, Recording.of(session), None)
         group.ended.append(trajectory)
         if len(group.ended) == self.parts.group_size:
             task = asyncio.ensure_future(self._write(group))

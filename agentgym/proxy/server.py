@@ -46,6 +46,18 @@ training step: the server then closed connections its agents' pools were about t
 reuse, and a request sent as the close crossed it failed (seen: 4 episodes of a step)."""
 
 
+WILDCARDS = ("0.0.0.0", "::", "")
+"""Addresses that listen on every interface."""
+
+
+def reachable_address() -> str:
+    """This machine's address as other machines reach it (loopback when it has none)."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
 @dataclass
 class Feedback:
     """What an agent reported at ``/feedback``."""
@@ -122,8 +134,10 @@ class ProxyServer:
 
     @property
     def url(self) -> str:
-        """The server's root URL."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        """The server's root URL (on every address: this machine's, which agents on other
+        machines can reach, e.g. runners beside an engine on another node)."""
+        host = reachable_address() if self.host in WILDCARDS else self.host
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}"
 
     async def start(self) -> None:

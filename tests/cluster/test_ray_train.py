@@ -151,10 +151,14 @@ def test_ctrl_c_stops_every_actor_and_leaves_no_process(tmp_path: Path) -> None:
     assert not left, details
 
 
-def test_async_generation_on_ray_keeps_the_staleness_bound(tmp_path: Path) -> None:
+@pytest.mark.parametrize("agent", ["env", "proxy"])
+def test_async_generation_on_ray_keeps_the_staleness_bound(tmp_path: Path, agent: str) -> None:
     """async_generation_ratio=1 with the envs on env workers and the engine behind the
     router: samples are one version stale after the first step, never more, and
-    validation runs on the freshly synced weights."""
+    validation runs on the freshly synced weights. Through the proxy too: its sessions
+    then stay on the driver's server, where the pausable client holds them for each
+    sync and versions every response (tests/proxy/test_proxy_ray.py has sessions on
+    the engines' own servers, as a step without async generation places them)."""
     run = tmp_path / "run"
     args = command(
         run,
@@ -165,6 +169,7 @@ def test_async_generation_on_ray_keeps_the_staleness_bound(tmp_path: Path) -> No
         "eval_steps=2",
         "distributed=ray",
         "async_generation_ratio=1",
+        f"agent={agent}",
     )
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own
     result = run_python(args[1:], cwd=tmp_path, env=env)
@@ -176,3 +181,5 @@ def test_async_generation_on_ray_keeps_the_staleness_bound(tmp_path: Path) -> No
     assert stale == {1: 0.0, 2: 1.0, 3: 1.0}
     assert [r["val/policy_version"] for r in records if "val/policy_version" in r] == [0, 2, 3]
     assert all(r["time/weight_sync"] > 0 for r in records if "time/weight_sync" in r)
+    hosted = [r["train/proxy/on_engines"] for r in records if "train/proxy/on_engines" in r]
+    assert hosted == ([0.0, 0.0, 0.0] if agent == "proxy" else [])

@@ -288,6 +288,7 @@ def test_the_proxy_listens_on_loopback_and_asks_for_the_token_everywhere(tokeniz
         server = ProxyServer("0.0.0.0")
         await server.start()
         session = server.open(recorder)
+        assert "0.0.0.0" not in session.base_url  # the machine's address, for other nodes
         async with httpx.AsyncClient() as client:
             answer = await client.get(f"http://127.0.0.1:{server.port}/s/{session.name}/v1/models")
         assert answer.status_code == 401
