@@ -168,16 +168,18 @@ class EpisodeRate:
         return statistics.median(p / o for p, o in zip(self.proxy, self.own, strict=True))
 
 
-def episode_rate(rounds: int, groups: int, group_size: int, turns: int) -> EpisodeRate:
-    """Episodes/s of a step's rollout on the HF engine, in process and through the proxy."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def episode_rate(
+    rounds: int, groups: int, group_size: int, turns: int, engine: str = "hf"
+) -> EpisodeRate:
+    """Episodes/s of a step's rollout on ``engine`` (``hf`` or ``vllm``), in process and
+    through the proxy."""
+    from transformers import AutoTokenizer
 
-    from agentgym.rollout.backends.hf import HFBackend
+    from agentgym.rollout.backends import make_backend
 
     folder = build_model(tempfile.mkdtemp(prefix="proxy-bench-"))
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
-    backend = HFBackend(model, pad_token_id=tokenizer.pad_token_id)
+    backend = make_backend(engine, str(folder), max_model_len=4096)
     chat = ChatTokenizer(tokenizer)
     config = RolloutConfig(
         mode="trajectory",
@@ -202,6 +204,7 @@ def episode_rate(rounds: int, groups: int, group_size: int, turns: int) -> Episo
                 assert not any(t.failed for t in result.trajectories)
                 rates.append(len(result.trajectories) / (time.perf_counter() - started))
         manager.close()
+        await backend.close()
 
     asyncio.run(main())
     return EpisodeRate(own, proxy)
@@ -212,13 +215,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--dry-run", action="store_true", help="tiny sizes, one round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--engine", choices=("hf", "vllm"), default="hf", help="episodes/s on")
+    parser.add_argument("--rates-only", action="store_true", help="skip the request costs")
     args = parser.parse_args(argv)
     dry = args.dry_run
-    costs = [
-        request_cost(sessions, requests)
-        for sessions, requests in ([(1, 5), (4, 3)] if dry else [(1, 400), (64, 20), (256, 8)])
-    ]
-    rate = episode_rate(*((1, 1, 2, 2) if dry else (args.rounds, 16, 8, 5)))
+    sizes = [(1, 5), (4, 3)] if dry else [(1, 400), (64, 20), (256, 8)]
+    costs = [] if args.rates_only else [request_cost(*size) for size in sizes]
+    shape = (1, 1, 2, 2) if dry else (args.rounds, 16, 8, 5)
+    rate = episode_rate(*shape, engine=args.engine)
     print(
         "| sessions | requests | proxy CPU ms/request | in-app p50 ms | in-app p99 ms "
         "| agent latency p50 ms | p99 ms |"
