@@ -1,11 +1,14 @@
 """The tiny model, built once and cached: a folder named by a hash of its recipe (the
 spec, the corpus envs, the warm start, :data:`TINY_VERSION`), written to a temporary
 folder and renamed into place, so concurrent or interrupted builds never leave a
-half-written model."""
+half-written model. Processes that want the same model at once (a decoupled job's
+explorer and trainer started together) build it once: the others wait on a lock file
+beside it and take the finished folder."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,9 +55,6 @@ def ensure_tiny_model(
     """
     import hashlib
     import json
-    import os
-    import shutil
-    import tempfile
     from dataclasses import asdict
 
     if envs is None:
@@ -76,6 +76,41 @@ def ensure_tiny_model(
     if (path / "config.json").is_file():
         return path
     root.mkdir(parents=True, exist_ok=True)
+    with _build_lock(root / f".tiny-{digest}.lock", path):
+        if (path / "config.json").is_file():  # another process built it meanwhile
+            return path
+        _build(path, spec, envs, warm_start, digest)
+    return path
+
+
+@contextmanager
+def _build_lock(lock_path: Path, path: Path) -> Iterator[None]:
+    """Hold the build of ``path`` (an exclusive lock on ``lock_path``); says so when
+    another process holds it first, and waits for it."""
+    import fcntl
+
+    with lock_path.open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another process building the tiny model {path}", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # released when the file closes (or the process dies)
+
+
+def _build(
+    path: Path,
+    spec: TinyModelSpec,
+    envs: tuple[str, ...],
+    warm_start: WarmStartSpec | None,
+    digest: str,
+) -> None:
+    """Build the model in a temporary folder beside ``path`` and rename it into place."""
+    import os
+    import shutil
+    import tempfile
+
+    root = path.parent
     print(f"building the tiny model (once; cached as {path})", flush=True)
     building = Path(tempfile.mkdtemp(prefix=f".tiny-{digest}-", dir=root))
     try:
@@ -89,4 +124,3 @@ def ensure_tiny_model(
             raise
     finally:
         shutil.rmtree(building, ignore_errors=True)
-    return path

@@ -3,6 +3,8 @@ that lowers the loss and makes answers parse."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -298,3 +300,26 @@ def test_the_default_recipe_keeps_its_cache_folder(tmp_path: Path) -> None:
     assert ensure_tiny_model(spec, tmp_path, warm_start=recipe).name == f"tiny-{digest}"
     longer = ensure_tiny_model(spec, tmp_path, warm_start=WarmStartSpec(steps=0, history_length=1))
     assert longer.name != f"tiny-{digest}"
+
+
+def test_two_processes_wanting_one_model_build_it_once(tmp_path: Path) -> None:
+    script = f"""
+import sys
+from agentgym.models.cache import ensure_tiny_model
+from agentgym.models.tiny import TinyModelSpec
+from agentgym.models.warmstart import WarmStartSpec
+short = WarmStartSpec(steps=20, batch_size=2, examples_per_env=8, envs={{"frozen_lake": {LAKE!r}}})
+print("model", ensure_tiny_model(TinyModelSpec(), sys.argv[1], warm_start=short))
+"""
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [process.communicate(timeout=600)[0] for process in processes]
+    assert all(process.returncode == 0 for process in processes), outputs
+    firsts = sorted(output.split(" ", 1)[0] for output in outputs)
+    assert firsts == ["building", "waiting"], outputs  # one builds, the other waits for it
+    (built,) = {output.splitlines()[-1].removeprefix("model ") for output in outputs}
+    assert [p.name for p in tmp_path.glob("tiny-*")] == [Path(built).name]

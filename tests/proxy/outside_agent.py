@@ -43,7 +43,12 @@ def play(server: dict[str, Any], room: int, max_turns: int) -> dict[str, Any]:
     ]
     score = 0.0
     for _ in range(max_turns):
-        reply = client.chat.completions.create(model="policy", messages=messages)  # type: ignore[arg-type]
+        try:
+            reply = client.chat.completions.create(model="policy", messages=messages)  # type: ignore[arg-type]
+        except openai.BadRequestError as error:
+            if error.code != "context_length_exceeded":
+                raise
+            break  # the history outgrew the run's sequence_length: the episode ends here
         action = reply.choices[0].message.content or ""
         observation, reward, terminated, truncated, info = env.step(action)
         score += float(reward)
