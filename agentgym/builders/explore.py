@@ -4,7 +4,9 @@ validation envs, the job's ends, a tracker)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,35 +21,19 @@ from agentgym.builders.rollouts import build_rollouts, rollout_config, val_rollo
 from agentgym.builders.run_folder import open_run_folder
 from agentgym.job.explorer import ExplorerParts, close_all
 from agentgym.proxy.serve import ServeParts
+from agentgym.rollout.backends.base import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
+from agentgym.rollout.source import Rollout
 from agentgym.schema import TrainConfig
+from agentgym.trainers.tracking import Tracker
 
 
 def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerParts:
     """``mode: explore``'s parts: the envs, the engines and a tracker (no strategy)."""
     check_envs(config)
-    path = model_path(config)
-    workers = build_cluster(config)
-    output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    closers: list[Callable[[], Any]] = [workers.shutdown]
-    try:
-        backend = run_engines(config, path, output_dir, workers)
-        chat = ChatTokenizer(AutoTokenizer.from_pretrained(str(path)))
-        train, val = build_rollouts(config, backend, chat, workers)
-        closers[:0] = [r.manager.close for r in (train, val) if r is not None]
-        tracker = open_run_folder(
-            config, resolved, exp_name=f"{config.exp_name}-{config.explorer.name}"
-        )
-        closers.insert(0, tracker.close)
-    except BaseException:
-        close_all(closers)
-        raise
-    print(
-        f"mode=explore: explorer {config.explorer.name}, job folder {config.job_dir}; "
-        f"generation backend: {config.backend_name}; model: {path}",
-        flush=True,
-    )
+    floor = _explorer_floor(config, resolved, partial(build_rollouts, config))
+    train, val = floor.rollouts
+    assert train is not None
     job = connect_to_job(config)
     return ExplorerParts(
         name=config.explorer.name,
@@ -56,13 +42,13 @@ def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerPar
         weights=job.weights,
         train=train,
         val=val,
-        tracker=tracker,
+        tracker=floor.tracker,
         ratio=config.staleness_versions,
         schedule=config.sync_schedule,
         eval_steps=config.eval_steps,
         eval_on_startup=config.validation.on_startup,
         sync_timeout=config.synchronizer.sync_timeout,
-        close=lambda: close_all(closers),
+        close=lambda: close_all(floor.closers),
     )
 
 
@@ -71,29 +57,12 @@ def build_server(config: TrainConfig, resolved: dict[str, Any]) -> ServeParts:
     tracker and the job's ends; no train envs (the agents bring their own)."""
     if config.eval_steps:
         check_envs(config)
-    path = model_path(config)
-    workers = build_cluster(config)
-    output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    closers: list[Callable[[], Any]] = [workers.shutdown]
-    try:
-        backend = run_engines(config, path, output_dir, workers)
-        chat = ChatTokenizer(AutoTokenizer.from_pretrained(str(path)))
-        val = val_rollout(config, backend, chat, workers) if config.eval_steps else None
-        if val is not None:
-            closers.insert(0, val.manager.close)
-        tracker = open_run_folder(
-            config, resolved, exp_name=f"{config.exp_name}-{config.explorer.name}"
-        )
-        closers.insert(0, tracker.close)
-    except BaseException:
-        close_all(closers)
-        raise
-    print(
-        f"mode=serve: explorer {config.explorer.name}, job folder {config.job_dir}; "
-        f"generation backend: {config.backend_name}; model: {path}",
-        flush=True,
-    )
+
+    def validation(backend: Any, chat: ChatTokenizer, workers: Any) -> tuple[Rollout | None]:
+        return (val_rollout(config, backend, chat, workers) if config.eval_steps else None,)
+
+    floor = _explorer_floor(config, resolved, validation)
+    (val,) = floor.rollouts
     job = connect_to_job(config)
     agent = config.agent
     return ServeParts(
@@ -101,11 +70,11 @@ def build_server(config: TrainConfig, resolved: dict[str, Any]) -> ServeParts:
         job_dir=config.job_dir,
         buffer=job.buffer,
         weights=job.weights,
-        backend=backend,
-        chat=chat,
+        backend=floor.backend,
+        chat=floor.chat,
         config=rollout_config(config),
         val=val,
-        tracker=tracker,
+        tracker=floor.tracker,
         ratio=config.staleness_versions,
         group_size=config.train_env_manager.group_size,
         max_steps=config.max_steps,
@@ -116,5 +85,49 @@ def build_server(config: TrainConfig, resolved: dict[str, Any]) -> ServeParts:
         port=agent.port,
         api_key=agent.api_key,
         timeout=agent.timeout,
-        close=lambda: close_all(closers),
+        close=lambda: close_all(floor.closers),
     )
+
+
+@dataclass
+class _Floor:
+    """What every explorer stands on: its engines, their chat template, its rollouts,
+    a tracker, and the closers of all of it (engines' workers last)."""
+
+    backend: GenerationBackend
+    chat: ChatTokenizer
+    rollouts: Sequence[Rollout | None]
+    tracker: Tracker
+    closers: list[Callable[[], Any]]
+
+
+def _explorer_floor(
+    config: TrainConfig,
+    resolved: dict[str, Any],
+    rollouts: Callable[[GenerationBackend, ChatTokenizer, Any], Sequence[Rollout | None]],
+) -> _Floor:
+    """Start the engines, then the rollouts ``rollouts`` makes on them, then the run
+    folder's tracker (all of it closed again if any part fails)."""
+    path = model_path(config)
+    workers = build_cluster(config)
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    closers: list[Callable[[], Any]] = [workers.shutdown]
+    try:
+        backend = run_engines(config, path, output_dir, workers)
+        chat = ChatTokenizer(AutoTokenizer.from_pretrained(str(path)))
+        made = rollouts(backend, chat, workers)
+        closers[:0] = [r.manager.close for r in made if r is not None]
+        tracker = open_run_folder(
+            config, resolved, exp_name=f"{config.exp_name}-{config.explorer.name}"
+        )
+        closers.insert(0, tracker.close)
+    except BaseException:
+        close_all(closers)
+        raise
+    print(
+        f"mode={config.mode}: explorer {config.explorer.name}, job folder {config.job_dir}; "
+        f"generation backend: {config.backend_name}; model: {path}",
+        flush=True,
+    )
+    return _Floor(backend, chat, made, tracker, closers)

@@ -47,9 +47,7 @@ class MathToolEnv(ToolEnv):
         allow_no_network_isolation: Run programs without namespaces where the
             machine has none, instead of refusing to start.
         site_packages: Let programs import installed packages (numpy, sympy, ...).
-        **kwargs: :class:`~agentgym.envs.tools.tool_env.ToolEnv` options
-            (``max_calls_per_turn``, ``max_result_chars``) and :class:`TextEnv`
-            options (``response_format``, ``format_penalty``, ``render_mode``).
+        **kwargs: :class:`~agentgym.envs.tools.tool_env.ToolEnv`'s own options.
 
     Raises:
         ValueError: If a problem kind is unknown.

@@ -60,9 +60,7 @@ class SearchQAEnv(ToolEnv):
         max_k: Largest ``k`` a search may ask for.
         max_turns: Responses per episode.
         max_tool_calls: Tool calls per episode.
-        **kwargs: :class:`~agentgym.envs.tools.tool_env.ToolEnv` options
-            (``max_calls_per_turn``, ``max_result_chars``) and :class:`TextEnv`
-            options (``response_format``, ``format_penalty``, ``render_mode``).
+        **kwargs: :class:`~agentgym.envs.tools.tool_env.ToolEnv`'s own options.
 
     Raises:
         ValueError: If a question type or the reward metric is unknown, or

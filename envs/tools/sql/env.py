@@ -47,9 +47,7 @@ class SQLEnv(ToolEnv):
         max_tool_calls: Tool calls per episode.
         query_timeout_seconds: Time limit of one query.
         max_rows: Rows the tool shows.
-        **kwargs: :class:`~agentgym.envs.tools.tool_env.ToolEnv` options
-            (``max_calls_per_turn``, ``max_result_chars``) and :class:`TextEnv`
-            options (``response_format``, ``format_penalty``, ``render_mode``).
+        **kwargs: :class:`~agentgym.envs.tools.tool_env.ToolEnv`'s own options.
 
     Raises:
         ValueError: If a question kind is unknown.
