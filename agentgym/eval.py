@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -335,8 +336,11 @@ def _hydra_main(cfg: DictConfig) -> None:
         run(cfg)
 
 
-def main() -> None:
-    """``python -m agentgym.eval [key=value ...]``: see ``configs/eval.yaml``."""
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m agentgym.eval [key=value ...]`` (``agentgym eval``): see
+    ``configs/eval.yaml``; ``argv`` replaces the command line's arguments."""
+    if argv is not None:
+        sys.argv[1:] = list(argv)
     register_env_configs()  # env=<plugin name> works without a YAML file
     sys.argv[1:] = open_mapping_overrides(sys.argv[1:])  # env.kwargs.x=1 needs no '+'
     _hydra_main()

@@ -43,5 +43,4 @@ def arguments(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``agentgym run``."""
-    sys.argv[1:] = arguments(sys.argv[1:] if argv is None else argv)
-    train_main()
+    train_main(arguments(sys.argv[1:] if argv is None else argv))

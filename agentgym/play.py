@@ -187,7 +187,7 @@ def _hint(env: TextEnv) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(
-        prog="python -m agentgym.play", description="Play a text env in the terminal."
+        prog="agentgym play", description="Play a text env in the terminal."
     )
     parser.add_argument("env", help=f"env name or Gymnasium id; registered: {agentgym.list_envs()}")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import hydra
@@ -83,8 +84,11 @@ def _hydra_main(cfg: DictConfig) -> None:
         run(cfg)
 
 
-def main() -> None:
-    """``python -m agentgym.train [key=value ...]``: see ``configs/config.yaml``."""
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m agentgym.train [key=value ...]`` (``agentgym train``): see
+    ``configs/config.yaml``; ``argv`` replaces the command line's arguments."""
+    if argv is not None:
+        sys.argv[1:] = list(argv)
     # SIGTERM unwinds like Ctrl-C, so the generation engine's process is shut down too
     stopping.install()
     try:
