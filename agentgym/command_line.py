@@ -26,7 +26,23 @@ def config_errors() -> Iterator[None]:
         yield
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
+        _write_into_run_folder(f"config error: {error}")
         sys.exit(2)
+
+
+def _write_into_run_folder(line: str) -> None:
+    """Append ``line`` to the console log of the run folder Hydra made for this run, if
+    it made one: a folder a config error stopped says why."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from agentgym.trainers.tracking import CONSOLE_LOG_FILE
+
+    if not HydraConfig.initialized():
+        return
+    folder = Path(HydraConfig.get().runtime.output_dir)
+    if folder.is_dir():
+        with (folder / CONSOLE_LOG_FILE).open("a", encoding="utf-8") as log:
+            log.write(line + "\n")
 
 
 def register_env_configs() -> None:
@@ -83,3 +99,49 @@ def check_overrides(arguments: Sequence[str]) -> list[str]:
             hint = did_you_mean(bare, known) or did_you_mean(bare.split(".")[-1], known)
             raise ConfigError(f"unknown key {bare!r} in {argument!r}.{hint}")
     return open_mapping_overrides(arguments)
+
+
+CONFIG_FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name"}
+"""Hydra's flags that name a config file's folder and name."""
+
+
+def config_file_arguments(arguments: Sequence[str]) -> list[str]:
+    """``arguments`` with a relative ``--config-path`` made absolute from the current
+    folder (Hydra would take it from the package's), after checking that the file it
+    names with ``--config-name`` exists.
+
+    Raises:
+        ConfigError: When the folder or the file does not exist, naming what was looked for.
+    """
+    items, given, out = list(arguments), {}, []
+    while items:
+        item = items.pop(0)
+        flag, equals, value = item.partition("=")
+        if flag not in CONFIG_FLAGS:
+            out.append(item)
+            continue
+        value = value if equals else (items.pop(0) if items else "")
+        given[CONFIG_FLAGS[flag]] = value
+        if CONFIG_FLAGS[flag] == "path":
+            value = str(Path(value).expanduser().absolute())
+        out += [flag, value]
+    if "path" not in given:
+        return out
+    folder = Path(given["path"]).expanduser().absolute()
+    if not folder.is_dir():
+        raise ConfigError(
+            f"--config-path {given['path']}: no such folder ({folder}); give the folder that "
+            "holds the config file, absolute or relative to where you run the command"
+        )
+    name = given.get("name")
+    if name is not None:
+        file = folder / name
+        if not file.suffix:
+            file = file.with_suffix(".yaml")
+        if not file.is_file():
+            found = sorted(p.stem for p in folder.glob("*.yaml"))
+            raise ConfigError(
+                f"--config-name {name}: no {file.name} in {folder}."
+                f"{did_you_mean(name, found)} Config files there: {', '.join(found) or 'none'}"
+            )
+    return out

@@ -5,6 +5,7 @@ keys, the placement on the cluster, and what only training needs.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -233,7 +234,9 @@ def check_decoupled(config: TrainConfig) -> None:
         if value in unbuilt:
             raise ConfigError(unbuilt[value])
         if value not in built:
-            raise ConfigError(f"{key}={value!r} is not one of {[*built, *unbuilt]}")
+            close = difflib.get_close_matches(str(value), [*built, *unbuilt], n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"{key}={value!r} is not one of {[*built, *unbuilt]}.{hint}")
     if config.synchronizer.sync_method == "nccl":
         import torch  # only for nccl: the schema's import stays without torch
 
@@ -295,8 +298,10 @@ def check_relations(config: TrainConfig) -> None:
         )
     check_algorithm(config)
     if config.pretrain and not (Path(config.pretrain).expanduser() / "config.json").is_file():
+        # named as given: model.path (which pretrain defaults to), or ROLL's pretrain
+        key = "model.path" if config.model.path == config.pretrain else "pretrain"
         raise ConfigError(
-            f"pretrain={config.pretrain!r} is not a model folder (no config.json); "
+            f"{key}={config.pretrain!r} is not a model folder (no config.json); "
             "models are loaded from local folders, never downloaded"
         )
     name = config.actor_train.strategy_args.strategy_name

@@ -23,6 +23,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TextIO
 
+from agentgym.errors import ConfigError
 from agentgym.log_summary import LibraryLogSummary
 
 CONSOLE_LOGGERS = ("agentgym", "__main__")
@@ -92,8 +93,9 @@ def library_logs(
       standard library is written to ``log_file`` under the package's name;
       other warnings (ours, a script's) are shown as usual.
 
-    Everything is put back on exit. On an exception, :meth:`LibraryLogSummary.summary`
-    is printed to stderr, since the cause may be in the file.
+    Everything is put back on exit. On an exception (a config error apart),
+    :meth:`LibraryLogSummary.summary` is printed to stderr, since the cause may be in
+    the file.
 
     Args:
         log_file: The log file (appended to; its folder is created).
@@ -115,6 +117,8 @@ def library_logs(
         _route_warnings(handler, ours, undo)
         try:
             yield summary
+        except ConfigError:  # the key and what to do: the library records are not its cause
+            raise
         except BaseException:
             undo.close()
             print(summary.summary(), file=sys.stderr)

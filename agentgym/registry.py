@@ -43,6 +43,22 @@ class UnknownEnvError(ValueError):
     """No env is registered under the requested name or id."""
 
 
+class UnknownEnvArgumentError(TypeError):
+    """An env was given a constructor argument it does not take.
+
+    Attributes:
+        argument: The argument's name.
+        valid: The arguments the env takes.
+        hint: A close match, as a sentence (empty without one).
+    """
+
+    def __init__(self, message: str, argument: str, valid: list[str], hint: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+        self.valid = valid
+        self.hint = hint
+
+
 class PluginError(RuntimeError):
     """A third-party env plugin could not be loaded or registered."""
 
@@ -251,6 +267,7 @@ def make(name_or_id: str, **kwargs: Any) -> gymnasium.Env[str, str]:
     Raises:
         UnknownEnvError: If the name is not registered (with close matches).
         PluginError: If the env comes from a plugin that fails to load.
+        UnknownEnvArgumentError: If a keyword is not one of the env's arguments.
     """
     found = spec(name_or_id)
     if isinstance(found.entry_point, _PluginEntryPoint):
@@ -265,9 +282,9 @@ def make(name_or_id: str, **kwargs: Any) -> gymnasium.Env[str, str]:
         if bad in valid:  # raised inside the constructor, not about make()'s arguments
             raise
         hint = did_you_mean(bad, valid, n=2)
-        raise TypeError(
-            f"Env {found.name!r} got an unexpected argument {bad!r}.{hint} Valid arguments: {valid}"
-        ) from exc
+        message = f"Env {found.name!r} got an unexpected argument {bad!r}.{hint}"
+        message += f" Valid arguments: {valid}"
+        raise UnknownEnvArgumentError(message, bad, valid, hint) from exc
     return env
 
 

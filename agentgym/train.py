@@ -17,7 +17,12 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from agentgym import stopping
-from agentgym.command_line import check_overrides, config_errors, register_env_configs
+from agentgym.command_line import (
+    check_overrides,
+    config_errors,
+    config_file_arguments,
+    register_env_configs,
+)
 from agentgym.errors import ConfigError
 from agentgym.formats.fit import fit_to_machine
 from agentgym.formats.roll import from_roll, interpolated_keys, is_roll_config
@@ -94,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         register_env_configs()
         with config_errors():
+            sys.argv[1:] = config_file_arguments(sys.argv[1:])
             trinity = trinity_arguments(sys.argv[1:])
             if trinity is not None:  # one of Trinity-RFT's files: agentgym's arguments
                 arguments, translation = trinity

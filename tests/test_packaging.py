@@ -60,7 +60,7 @@ def test_wheel_contains_every_subpackage_and_no_other_top_level(wheel: zipfile.Z
     ]:
         assert required in names
     entry_points = wheel.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "agentgym.play:main" in entry_points
+    assert "agentgym = agentgym.cli:main" in entry_points and "agentgym-play" not in entry_points
 
 
 @pytest.mark.parametrize("name", LINKED)

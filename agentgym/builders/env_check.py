@@ -8,6 +8,7 @@ import traceback
 
 from agentgym.envs.adapter import make_text_env
 from agentgym.errors import ConfigError
+from agentgym.registry import UnknownEnvArgumentError
 from agentgym.schema import TrainConfig
 
 
@@ -45,6 +46,11 @@ def check_envs(config: TrainConfig) -> None:
                     env.reset(seed=config.seed)
                 finally:
                     env.close()
+            except UnknownEnvArgumentError as error:  # a misspelt key: the key, no traceback
+                raise ConfigError(
+                    f"{where}.{error.argument}: env {name!r} takes no argument "
+                    f"{error.argument!r}.{error.hint} Its arguments: {', '.join(error.valid)}"
+                ) from None
             except Exception as error:
                 message = str(error) or type(error).__name__
                 named = [k for k in kwargs if re.search(rf"\b{re.escape(str(k))}\b", message)]
