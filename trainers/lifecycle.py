@@ -161,7 +161,7 @@ class _Closer:
         async def bounded(closing: Coroutine[Any, Any, object]) -> None:
             try:
                 await asyncio.wait_for(closing, self.timeout)
-            except asyncio.TimeoutError:  # not the builtin on Python 3.10
+            except TimeoutError:  # not the builtin on Python 3.10
                 raise TimeoutError(f"closing {part} took longer than {self.timeout} s") from None
 
         def step() -> None:

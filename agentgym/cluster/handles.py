@@ -104,7 +104,7 @@ class LocalHandle:
             work = loop.run_in_executor(self._pool, functools.partial(function, *args, **kwargs))
         try:
             return await asyncio.wait_for(work, limit)
-        except (TimeoutError, asyncio.TimeoutError) as error:
+        except TimeoutError as error:
             raise RpcTimeoutError(
                 f"{self.name}.{method} did not answer within rpc_timeout={limit} s"
             ) from error
