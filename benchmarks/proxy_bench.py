@@ -221,8 +221,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     dry = args.dry_run
     sizes = [(1, 5), (4, 3)] if dry else [(1, 400), (64, 20), (256, 8)]
     costs = [] if args.rates_only else [request_cost(*size) for size in sizes]
-    shape = (1, 1, 2, 2) if dry else (args.rounds, 16, 8, 5)
-    rate = episode_rate(*shape, engine=args.engine)
+    rounds, groups, group_size, turns = (1, 1, 2, 2) if dry else (args.rounds, 16, 8, 5)
+    rate = episode_rate(rounds, groups, group_size, turns, engine=args.engine)
     print(
         "| sessions | requests | proxy CPU ms/request | in-app p50 ms | in-app p99 ms "
         "| agent latency p50 ms | p99 ms |"
