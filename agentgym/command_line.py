@@ -10,9 +10,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 import agentgym
 from agentgym.errors import ConfigError, did_you_mean
+from agentgym.formats.native import file_arguments, is_native_file
 from agentgym.schema import OPEN_MAPPINGS, known_paths
 
 CONFIG_GROUPS = ("env", "model", "generation", "strategy", "tracker")
@@ -108,40 +110,44 @@ CONFIG_FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name",
 def config_file_arguments(arguments: Sequence[str]) -> list[str]:
     """``arguments`` with a relative ``--config-path`` made absolute from the current
     folder (Hydra would take it from the package's), after checking that the file it
-    names with ``--config-name`` exists.
+    names with ``--config-name`` exists. One of agentgym's own files (not ROLL's or
+    Trinity-RFT's) becomes the arguments it stands for, before the command line's
+    (:mod:`agentgym.formats.native`).
 
     Raises:
         ConfigError: When the folder or the file does not exist, naming what was looked for.
     """
-    items, given, out = list(arguments), {}, []
+    items, given, rest = list(arguments), {}, []
     while items:
         item = items.pop(0)
         flag, equals, value = item.partition("=")
-        if flag not in CONFIG_FLAGS:
-            out.append(item)
-            continue
-        value = value if equals else (items.pop(0) if items else "")
-        given[CONFIG_FLAGS[flag]] = value
-        if CONFIG_FLAGS[flag] == "path":
-            value = str(Path(value).expanduser().absolute())
-        out += [flag, value]
+        if flag in CONFIG_FLAGS:
+            given[CONFIG_FLAGS[flag]] = value if equals else (items.pop(0) if items else "")
+        else:
+            rest.append(item)
     if "path" not in given:
-        return out
+        return list(arguments)
     folder = Path(given["path"]).expanduser().absolute()
     if not folder.is_dir():
         raise ConfigError(
             f"--config-path {given['path']}: no such folder ({folder}); give the folder that "
             "holds the config file, absolute or relative to where you run the command"
         )
+    flags = ["--config-path", str(folder)]
     name = given.get("name")
-    if name is not None:
-        file = folder / name
-        if not file.suffix:
-            file = file.with_suffix(".yaml")
-        if not file.is_file():
-            found = sorted(p.stem for p in folder.glob("*.yaml"))
-            raise ConfigError(
-                f"--config-name {name}: no {file.name} in {folder}."
-                f"{did_you_mean(name, found)} Config files there: {', '.join(found) or 'none'}"
-            )
-    return out
+    if name is None:
+        return [*flags, *rest]
+    file = folder / name
+    if not file.suffix:
+        file = file.with_suffix(".yaml")
+    if not file.is_file():
+        found = sorted(p.stem for p in folder.glob("*.yaml"))
+        raise ConfigError(
+            f"--config-name {name}: no {file.name} in {folder}."
+            f"{did_you_mean(name, found)} Config files there: {', '.join(found) or 'none'}"
+        )
+    loaded = OmegaConf.to_container(OmegaConf.load(file))
+    raw = {str(k): v for k, v in loaded.items()} if isinstance(loaded, dict) else {}
+    if raw and is_native_file(raw):  # agentgym's keys: the arguments they stand for
+        return open_mapping_overrides([*file_arguments(raw), *rest])
+    return [*flags, "--config-name", name, *rest]

@@ -28,7 +28,7 @@ def arguments(argv: Sequence[str]) -> list[str]:
     )
     parser.add_argument("--config", required=True, help="the config file (.yaml)")
     parser.add_argument("overrides", nargs="*", help="key=value arguments")
-    args = parser.parse_args(list(argv))
+    args, hydra_flags = parser.parse_known_args(list(argv))  # --cfg job, --help: Hydra's
     path = Path(args.config).expanduser()
     if not path.is_file():
         parser.error(f"--config {args.config}: no such file")
@@ -38,6 +38,7 @@ def arguments(argv: Sequence[str]) -> list[str]:
         "--config-name",
         path.stem,
         *args.overrides,
+        *hydra_flags,
     ]
 
 

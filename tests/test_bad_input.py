@@ -44,3 +44,34 @@ def test_a_relative_roll_path_runs_from_the_working_folder(tmp_path: Path) -> No
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert "custom_envs" in result.stdout
+
+
+MY_RUN = """\
+env: frozen_lake            # a config group: picks its option
+max_steps: 5
+generation:
+  max_new_tokens: 64
+"""
+
+
+@pytest.mark.parametrize("how", ["--config-path", "agentgym run"])
+def test_a_config_file_of_your_own_holds_only_the_keys_it_changes(tmp_path: Path, how: str) -> None:
+    (tmp_path / "my_run.yaml").write_text(MY_RUN)
+    if how == "agentgym run":
+        command = ["-m", "agentgym.cli", "run", "--config", "my_run.yaml", "max_steps=7"]
+    else:
+        command = ["-m", "agentgym.train", "--config-path", ".", "--config-name", "my_run"]
+    result = run_python([*command, "--cfg", "job"], cwd=tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    steps = "max_steps: 7" if how == "agentgym run" else "max_steps: 5"  # the command line last
+    assert steps in lines and "  max_new_tokens: 64" in lines and "  name: frozen_lake" in lines
+
+
+def test_a_misspelt_key_in_your_config_file_gets_its_close_match(tmp_path: Path) -> None:
+    (tmp_path / "my_run.yaml").write_text("max_step: 5\n")
+    result = run_python(
+        ["-m", "agentgym.train", "--config-path", ".", "--config-name", "my_run"],
+        cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and "max_steps" in result.stderr, result.stderr[-2000:]

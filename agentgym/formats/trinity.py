@@ -53,6 +53,7 @@ from typing import Any
 
 from agentgym.errors import ConfigError
 from agentgym.formats.fit import Change, Fitting, Machine
+from agentgym.formats.native import override_value
 from agentgym.formats.trinity_algorithm import algorithm_values
 from agentgym.formats.trinity_keys import ENGINE_OPTIONS, KEYS, TRAINER_TYPES, check_keys
 from agentgym.formats.trinity_tasksets import eval_taskset_values, taskset_values
@@ -289,7 +290,7 @@ def _override(key: str, value: Any) -> str:
     if key == "env":
         return f"env={value}"
     prefix = "++" if key.startswith(("env.kwargs.", "actor_infer.")) else ""
-    return f"{prefix}{key}={_value(value)}"
+    return f"{prefix}{key}={override_value(value)}"
 
 
 def trinity_arguments(arguments: Sequence[str]) -> tuple[list[str], Translation] | None:
@@ -328,18 +329,3 @@ def trinity_arguments(arguments: Sequence[str]) -> tuple[list[str], Translation]
     ours = [a for a in rest if a not in trinity_keys]  # agentgym's own keys, as given
     translation = from_trinity(load_trinity(file, trinity_keys))
     return [*translation.overrides, *ours], translation
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{text}'"
