@@ -14,10 +14,8 @@ from omegaconf import OmegaConf
 
 import agentgym
 from agentgym.errors import ConfigError, did_you_mean
-from agentgym.formats.native import file_arguments, is_native_file
+from agentgym.formats.native import CONFIG_GROUPS, file_arguments, is_native_file
 from agentgym.schema import OPEN_MAPPINGS, known_paths
-
-CONFIG_GROUPS = ("env", "model", "generation", "strategy", "tracker")
 
 
 @contextlib.contextmanager
