@@ -40,6 +40,11 @@ register(
     id="agentgym/SearchQA-v0",
 )
 register(
+    "mcp_tools",
+    "agentgym.envs.tools.mcp:MCPToolEnv",
+    id="agentgym/MCPTools-v0",
+)
+register(
     "math_workflow",
     "agentgym.envs.math_workflow:MathWorkflowEnv",
     id="agentgym/MathWorkflow-v0",

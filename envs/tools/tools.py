@@ -31,6 +31,11 @@ class ToolError(Exception):
     """A tool could not do what it was asked; the message goes back to the model."""
 
 
+class ToolServerDiedError(RuntimeError):
+    """The process that serves a tool is gone (an MCP server that died): not the model's
+    doing, so the episode fails, naming the server, instead of answering the model."""
+
+
 @dataclass(frozen=True)
 class Tool:
     """A tool the model can call.
@@ -128,6 +133,8 @@ def run_call(tools: Mapping[str, Tool], call: ToolCall) -> ToolOutcome:
         return ToolOutcome(tools[call.name].function(**call.arguments), ok=True)
     except ToolError as exc:
         return error_outcome(str(exc))
+    except ToolServerDiedError:
+        raise  # the episode fails by name (the rollout counts it)
     except Exception as exc:  # a bug in a tool must not end the rollout
         logger.exception("tool %r raised", call.name)
         return error_outcome(f"the tool {call.name!r} failed: {type(exc).__name__}")

@@ -1,0 +1,46 @@
+"""An MCP server for the tests (the official ``mcp`` SDK's ``MCPServer``): a calculator,
+and a tool that kills the server (for the test of a server that dies mid-episode).
+``python mcp_calculator.py`` serves over stdio; ``python mcp_calculator.py PORT`` over
+streamable HTTP at ``http://127.0.0.1:PORT/mcp``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("calculator")
+
+
+@server.tool()
+def add(a: float, b: float) -> str:
+    """Add two numbers."""
+    return f"{a + b:g}"
+
+
+@server.tool()
+def multiply(a: float, b: float) -> str:
+    """Multiply two numbers."""
+    return f"{a * b:g}"
+
+
+@server.tool()
+async def slow(seconds: float) -> str:
+    """Wait, then say so (for timeouts)."""
+    await asyncio.sleep(seconds)
+    return "done"
+
+
+@server.tool()
+def crash() -> str:
+    """End the server's process at once."""
+    os._exit(3)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        server.run(transport="streamable-http", port=int(sys.argv[1]))
+    else:
+        server.run()
