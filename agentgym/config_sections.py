@@ -337,6 +337,21 @@ class Agent(Section):
     api_key: str | None = None
 
 
+ROLLOUT_MOCK_MODES = ("dump", "mock")
+"""``rollout_mock.mode`` (ROLL's): write each step's batch, or train on written ones."""
+
+
+class RolloutMock(Section):
+    """``rollout_mock`` (ROLL's keys): ``dump`` writes each step's batch as the trainer
+    receives it to ``dump_dir``; ``mock`` skips generation and trains on those batches,
+    so two runs that differ only in batching, strategy or layout compare step by step
+    (docs/dump_replay.md)."""
+
+    enable: bool = False
+    mode: Choice("rollout_mock.mode", ROLLOUT_MOCK_MODES) = "dump"  # type: ignore[valid-type]
+    dump_dir: str | None = None
+
+
 class Buffer(Section):
     """``buffer``: the experience buffer of a decoupled job (``mode: explore | train``)."""
 

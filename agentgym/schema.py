@@ -62,6 +62,7 @@ from agentgym.config_sections import (
     Probability,
     RewardNormalization,
     Role,
+    RolloutMock,
     Section,
     StrategyArgs,
     StrategyGroup,
@@ -92,6 +93,7 @@ class TrainConfig(Section):
     checkpoint_root_dir: str = "checkpoints"
     buffer: Buffer = Buffer()
     agent: Agent = Agent()
+    rollout_mock: RolloutMock = RolloutMock()
     synchronizer: Synchronizer = Synchronizer()
     explorer: Explorer = Explorer()
     seed: int = 42

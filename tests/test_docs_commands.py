@@ -194,6 +194,15 @@ def play(command: str, folder: Path, tiny_model_dir: Path, run_dir: Path) -> Pla
             done = run_python(first[1:], cwd=folder)
             if done.returncode != 0:
                 return Played(folder, first, done.stdout, done.stderr[-3000:])
+        if "rollout_mock.mode=mock" in words:  # the dump it replays comes first
+            first = [
+                "rollout_mock.mode=dump" if w == "rollout_mock.mode=mock"
+                else f"{w}-dump" if w.startswith("output_dir=") else w
+                for w in words
+            ]  # fmt: skip
+            done = run_python(first[1:], cwd=folder)
+            if done.returncode != 0:
+                return Played(folder, first, done.stdout, done.stderr[-3000:])
     result = run_python(words[1:], cwd=folder, input=stdin)
     failure = f"{' '.join(words)}\n{result.stderr[-3000:]}" if result.returncode else None
     return Played(folder, words, result.stdout, failure)

@@ -61,6 +61,7 @@ EXPECTED: dict[str, str | None] = {
     A + "agentic_val_sokoban_dynamic_batching.yaml": TRAINS,
     A + "agentic_val_sokoban_lora.yaml": TRAINS,
     A + "agentic_val_sokoban_agent_runner.yaml": TRAINS,  # through the proxy (agent=proxy)
+    A + "agentic_sokoban_rollout_mock_dump.yaml": TRAINS,  # each step's batch dumped
     # ROLL's own envs and tools
     A + "agentic_val_sokoban_native.yaml": (
         "custom_envs.SokobanNativeEnv.env_type='sokoban_native_env' has no agentgym env; "
@@ -75,11 +76,6 @@ EXPECTED: dict[str, str | None] = {
         "(examples/start_agentic_rollout_pipeline.py), which plays and dumps episodes and "
         "trains nothing. Here that is python -m agentgym.eval env=<env> model.path=<model> "
         "rollout_dump_dir=<dir> (agentgym's keys)"
-    ),
-    A + "agentic_sokoban_rollout_mock_dump.yaml": (
-        "rollout_mock (mode='dump'): dumping or replaying a training run's rollouts is not "
-        "built; drop rollout_mock (python -m agentgym.eval rollout_dump_dir=<dir> dumps "
-        "evaluation episodes)"
     ),
 }
 """Each file → None (trains 2 steps) or the exact error it stops with today."""
@@ -197,6 +193,11 @@ def test_a_file_trains_two_steps(name: str, trained: dict[str, tuple[Path, str |
     lines = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").open()]
     assert {line["step"] for line in lines if "train/all/trajectories" in line} == {1, 2}
     assert [line["step"] for line in lines if "actor/loss" in line] == [1, 2]  # both updated
+    if "rollout_mock_dump" in name:  # its dump_dir, relative to where it ran
+        dump = out.parent / "output" / "rollout_dumps" / "baseline_v1"
+        assert sorted(p.name for p in dump.glob("step_*.pkl")) == [
+            "step_000001.pkl", "step_000002.pkl",
+        ]  # fmt: skip
     proxied = [line for line in lines if "train/proxy/requests" in line]
     assert bool(proxied) == ("agent_runner" in name)  # ProxyEnvManager: through the proxy
     assert all(line["train/proxy/requests"] >= 1 for line in proxied)

@@ -3,6 +3,7 @@ and validation), and the train rollout source."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from agentgym.cluster import Cluster
@@ -10,6 +11,7 @@ from agentgym.config_sections import EnvManagerSection, GeneratingArgs
 from agentgym.proxy.players import AgentSettings, ProxyPlayers
 from agentgym.rollout.backends import GenerationBackend, SamplingParams
 from agentgym.rollout.chat import ChatTokenizer
+from agentgym.rollout.dump import DumpingSource, ReplaySource
 from agentgym.rollout.env_manager import EnvConfig, EnvManager
 from agentgym.rollout.loop import PlayerFactory, RolloutConfig
 from agentgym.rollout.source import AheadSource, Rollout, RolloutSource, SyncSource
@@ -133,10 +135,41 @@ def val_rollout(
 def rollout_source(config: TrainConfig, train: Rollout) -> RolloutSource:
     """The source ``async_generation_ratio`` asks for: 0 plays each step's batch when
     asked (:class:`~agentgym.rollout.source.SyncSource`), k > 0 up to k steps ahead
-    (:class:`~agentgym.rollout.source.AheadSource`)."""
+    (:class:`~agentgym.rollout.source.AheadSource`); with ``rollout_mock`` on, its
+    batches dumped, or the dump's batches replayed instead (:mod:`agentgym.rollout.dump`).
+    """
+    mock = config.rollout_mock
+    if mock.enable:
+        folder = Path(mock.dump_dir or Path(config.output_dir) / "rollout_dump").expanduser()
+        if mock.mode == "mock":
+            return ReplaySource(train, folder, rollout_fingerprint(config))
+    source: RolloutSource = SyncSource(train)
     if config.async_generation_ratio > 0:
-        return AheadSource(train, ratio=config.async_generation_ratio)
-    return SyncSource(train)
+        source = AheadSource(train, ratio=config.async_generation_ratio)
+    if mock.enable:
+        return DumpingSource(source, folder, rollout_fingerprint(config))
+    return source
+
+
+FINGERPRINT_KEYS = (
+    "env", "seed", "train_env_manager", "rollout_batch_size", "max_turns", "sequence_length",
+    "rollout_mode", "history_length", "pretrain", "model.tiny", "model.warm_start",
+    "actor_infer.generating_args", "agent.kind", "agent.runner", "async_generation_ratio",
+)  # fmt: skip
+"""The keys that decide a step's batch: a dump replays only where they are equal (the
+rest, how the batch is trained, may differ)."""
+
+
+def rollout_fingerprint(config: TrainConfig) -> dict[str, Any]:
+    """:data:`FINGERPRINT_KEYS`' values in ``config``."""
+    data = config.model_dump(mode="json")
+    values: dict[str, Any] = {}
+    for key in FINGERPRINT_KEYS:
+        node: Any = data
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        values[key] = node
+    return values
 
 
 def build_rollouts(

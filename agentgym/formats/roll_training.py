@@ -167,18 +167,20 @@ def _old_logprobs(data: dict[str, Any], notes: list[str]) -> None:
 
 
 def _rollout_mock(data: dict[str, Any], notes: list[str]) -> None:
-    """ROLL's ``rollout_mock`` dumps a run's rollouts (or replays a dump) for
-    precision tests; here nothing dumps or replays a training rollout."""
-    mock = data.pop("rollout_mock", None)
+    """ROLL's ``rollout_mock`` (``enable``, ``mode: dump | mock``, ``dump_dir``): the same
+    keys here (:mod:`agentgym.rollout.dump`); off, it is dropped."""
+    mock = data.get("rollout_mock")
     if not mock:
+        data.pop("rollout_mock", None)
         return
-    if mock.get("enable"):
-        raise ConfigError(
-            f"rollout_mock (mode={mock.get('mode')!r}): dumping or replaying a training run's "
-            "rollouts is not built; drop rollout_mock (python -m agentgym.eval "
-            "rollout_dump_dir=<dir> dumps evaluation episodes)"
-        )
-    notes.append("rollout_mock dropped: enable=false")
+    if not mock.get("enable"):
+        data.pop("rollout_mock")
+        notes.append("rollout_mock dropped: enable=false")
+        return
+    notes.append(
+        f"rollout_mock: mode={mock.get('mode', 'dump')}, dump_dir={mock.get('dump_dir')} "
+        "(each step's batch written, or a dump replayed)"
+    )
 
 
 def _companions(data: dict[str, Any], notes: list[str]) -> None:
