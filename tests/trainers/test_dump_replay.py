@@ -89,3 +89,23 @@ def test_a_replay_by_another_config_is_refused_naming_the_keys(
     assert result.returncode == 2
     assert "dumped by another config" in result.stderr
     assert "max_turns: dump 2, now 3" in result.stderr and "seed: dump 42, now 7" in result.stderr
+
+
+@pytest.mark.ray
+def test_a_replay_on_two_fsdp2_ranks_has_the_same_losses(
+    dump: Dumped, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a Ray of its own
+    root, folder, dumped = dump
+    output = root / "replay-fsdp2"
+    mock = ("rollout_mock.enable=true", "rollout_mock.mode=mock", f"rollout_mock.dump_dir={folder}")
+    train(
+        output, root / "cache", *STEPS, *mock, "strategy=fsdp2", "distributed=ray",
+        "num_gpus_per_node=0", "++actor_train.device_mapping=[0,1]",
+        "actor_train.training_args.per_device_train_batch_size=2",  # 2 × 2 accumulated × 2 ranks
+    )  # fmt: skip
+    again = losses(output)
+    for step, (loss, norm) in dumped.items():
+        assert again[step][0] == pytest.approx(loss, abs=1e-5), step
+        assert again[step][1] == pytest.approx(norm, rel=1e-4), step
