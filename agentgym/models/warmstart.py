@@ -26,6 +26,7 @@ was right 34% of the time after 600 steps at ε = 0.6 with sampled labels
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ import numpy as np
 
 from agentgym.envs.adapter import make_text_env
 from agentgym.envs.scripted import format_response
+from agentgym.progress import progress
 
 if TYPE_CHECKING:  # torch is imported where the warm start trains: specs need none
     import torch
@@ -416,7 +418,8 @@ def warm_start(model: Any, examples: Sequence[Example], spec: WarmStartSpec) -> 
     pad = int(model.config.pad_token_id)
     losses = []
     model.train()
-    for _ in range(spec.steps):
+    # a bar with its ETA on a terminal (the first run's longest wait)
+    for _ in progress(range(spec.steps), "warm start", enabled=sys.stderr.isatty()):
         rows = torch.randint(len(examples), (spec.batch_size,), generator=generator)
         batch = collate([examples[int(i)] for i in rows], pad)
         loss = answer_loss(model, batch, spec.expected_noise)
