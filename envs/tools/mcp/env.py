@@ -17,10 +17,15 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any, ClassVar
 
+import numpy as np
+
 from agentgym.envs.tools.mcp.connection import MCPConnection
 from agentgym.envs.tools.tool_env import ToolEnv
 from agentgym.envs.tools.tools import Tool
 from agentgym.tasksets import TaskSet, TaskSetConfig, load_taskset
+
+DEFAULT_SERVER = "python -m agentgym.envs.tools.mcp.calculator"
+"""The calculator this package ships (add, subtract, multiply), served over stdio."""
 
 
 class MCPToolEnv(ToolEnv):
@@ -30,10 +35,12 @@ class MCPToolEnv(ToolEnv):
     Args:
         server: The MCP server: a command (``python calculator.py``; ``python`` is
             this interpreter) started over stdio, or a streamable HTTP URL
-            (``http://127.0.0.1:8000/mcp``).
+            (``http://127.0.0.1:8000/mcp``); default: the calculator this package
+            ships (:data:`DEFAULT_SERVER`).
         tasks: The task set: a file or folder path, or a mapping of
             :class:`~agentgym.tasksets.TaskSetConfig`'s keys (``path``, ``split``,
-            ``format: {prompt_key, response_key}``); each row a question and its answer.
+            ``format: {prompt_key, response_key}``); each row a question and its
+            answer. None: arithmetic questions for the calculator, drawn per seed.
         call_timeout: Seconds a tool call may take.
         connect_timeout: Seconds to start and reach the server.
         max_turns: Responses per episode.
@@ -50,16 +57,18 @@ class MCPToolEnv(ToolEnv):
     def __init__(
         self,
         *,
-        server: str | Sequence[str],
-        tasks: str | dict[str, Any],
+        server: str | Sequence[str] = DEFAULT_SERVER,
+        tasks: str | dict[str, Any] | None = None,
         call_timeout: float = 10.0,
         connect_timeout: float = 30.0,
         max_turns: int = 4,
         max_tool_calls: int = 6,
         **kwargs: Any,
     ) -> None:
-        config = TaskSetConfig.from_mapping(tasks if isinstance(tasks, dict) else {"path": tasks})
-        self.taskset: TaskSet = load_taskset(config)
+        self.taskset: TaskSet | None = None
+        if tasks is not None:
+            mapping = tasks if isinstance(tasks, dict) else {"path": tasks}
+            self.taskset = load_taskset(TaskSetConfig.from_mapping(mapping))
         self.connection = MCPConnection(server, timeout=connect_timeout)
         self.call_timeout = call_timeout
         tools = [
@@ -83,6 +92,9 @@ class MCPToolEnv(ToolEnv):
 
     def _new_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         self.connection.ensure()  # a server that died last episode starts again
+        if self.taskset is None:  # the calculator's own questions, drawn per seed
+            question, self._answer = arithmetic_question(self.np_random)
+            return question, {"server_restarts": self.connection.restarts}
         index = options.get("task_index")
         if index is None:
             index = int(self.np_random.integers(len(self.taskset)))
@@ -98,6 +110,15 @@ class MCPToolEnv(ToolEnv):
         """Close the server connection (a stdio server ends with it)."""
         self.connection.close()
         super().close()
+
+
+def arithmetic_question(rng: np.random.Generator) -> tuple[str, str]:
+    """A question for the calculator, and its answer: ``a op b`` then ``op c``."""
+    a, b, c = (int(n) for n in rng.integers(2, 100, size=3))
+    first, second = rng.choice(["plus", "minus", "times"], size=2)
+    value = {"plus": a + b, "minus": a - b, "times": a * b}[str(first)]
+    value = {"plus": value + c, "minus": value - c, "times": value * c}[str(second)]
+    return f"What is ({a} {first} {b}) {second} {c}?", str(value)
 
 
 def same_answer(given: str, expected: str) -> bool:
