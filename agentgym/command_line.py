@@ -149,3 +149,30 @@ def config_file_arguments(arguments: Sequence[str]) -> list[str]:
     if raw and is_native_file(raw):  # agentgym's keys: the arguments they stand for
         return open_mapping_overrides([*file_arguments(raw), *rest])
     return [*flags, "--config-name", name, *rest]
+
+
+DECOUPLED_MODES = ("explore", "train", "serve")
+"""The modes whose processes share a job: each gets a run folder of its own."""
+RUN_FOLDER = "outputs/train/${exp_name}/${now:%Y-%m-%d_%H-%M-%S}"
+"""``output_dir``'s default (configs/config.yaml), the stem a decoupled process's own
+run folder extends."""
+
+
+def own_run_folder(arguments: Sequence[str]) -> list[str]:
+    """``arguments``, with an ``output_dir`` of its own for a decoupled job's process that
+    names none: the default run folder with ``-train``, ``-explore-<explorer name>`` or
+    ``-serve-<explorer name>`` appended, so that an explorer and a trainer started in
+    the same second (as one command line starts them) do not write into one folder."""
+    given = {}
+    for argument in arguments:
+        key, equals, value = argument.partition("=")
+        if equals and not argument.startswith("-"):
+            given[key.lstrip("+~")] = value.strip("'\"")
+    mode = given.get("mode", "both")
+    if mode not in DECOUPLED_MODES or "output_dir" in given:
+        return list(arguments)
+    suffix = mode if mode == "train" else f"{mode}-{given.get('explorer.name', 'explorer')}"
+    own = f"output_dir={RUN_FOLDER}-{suffix}"
+    # beside the other overrides: Hydra's parser takes them as one run of arguments
+    at = next((i for i, a in enumerate(arguments) if "=" in a and not a.startswith("-")), 0)
+    return [*arguments[:at], own, *arguments[at:]]

@@ -21,6 +21,7 @@ from agentgym.command_line import (
     check_overrides,
     config_errors,
     config_file_arguments,
+    own_run_folder,
     register_env_configs,
 )
 from agentgym.errors import ConfigError
@@ -108,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 if translation.changes:
                     print(translation.table(), flush=True)
                 sys.argv[1:] = arguments
-            sys.argv[1:] = check_overrides(sys.argv[1:])
+            sys.argv[1:] = check_overrides(own_run_folder(sys.argv[1:]))
         _hydra_main()
     except KeyboardInterrupt as interrupt:  # before run() knew the run
         sys.exit(stopping.report(interrupt))

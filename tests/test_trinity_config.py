@@ -139,10 +139,10 @@ def test_the_three_files_run_as_a_decoupled_job(tmp_path: Path, tiny_model_dir: 
     # the second explorer on the HF engine: one vLLM start, not two (vLLM's weight reload
     # stays covered by the first)
     engines = {"trainer": [], "explorer": [], "explorer_new": ["generation=hf"]}
-    for name, engine in engines.items():
+    for name, engine in engines.items():  # started together, from one folder, no output_dir
         command = [
             "-m", "agentgym.train", "--config-path", str(FILES), "--config-name", name,
-            *SHRINK, *engine, f"output_dir={tmp_path / name}",
+            *SHRINK, *engine,
         ]  # fmt: skip
         log = tmp_path / f"{name}.log"
         processes[name] = start_python(command, cwd=tmp_path, env=env, output=log)
@@ -161,6 +161,15 @@ def test_the_three_files_run_as_a_decoupled_job(tmp_path: Path, tiny_model_dir: 
     keys = [key for step in consumed.values() for key in step]
     assert len(keys) == len(set(keys)) == 8
     assert {record.name for record in buffer.explorers()} == {"explorer", "explorer_new"}
+    # each process its own run folder by default (the time, then -train or
+    # -explore-<name>), each with its whole console log and metrics
+    folders = {f.name.split("-", 5)[-1]: f for f in tmp_path.glob("outputs/train/*/*")}
+    assert sorted(folders) == ["explore-explorer", "explore-explorer_new", "train"], folders
+    for name, folder in folders.items():
+        rows = (folder / "logs" / "metrics.jsonl").read_text()
+        assert (folder / "train.log").read_text()
+        assert ("actor/loss" in rows) == (name == "train")  # the trainer's rows only there
+        assert ("explore/groups_written" in rows) == (name != "train")
 
 
 def test_agentgym_run_takes_the_file_itself() -> None:
