@@ -68,9 +68,7 @@ class EngineWorker:
 
     async def close_session(self, name: str) -> Recording:
         """Finish proxy session ``name`` and return its recording."""
-        from agentgym.proxy.hosts import OpenedSession
-
-        recording: Recording = await self._proxy[0].close(OpenedSession(name, "", ""))
+        recording: Recording = await self._proxy[0].close(name)
         return recording
 
     def pid(self) -> int:

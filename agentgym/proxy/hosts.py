@@ -138,10 +138,10 @@ class ServerSessions:
         session = self.server.open(recorder)
         return OpenedSession(session.name, session.base_url, self.server.token)
 
-    async def close(self, opened: OpenedSession) -> Recording:
-        """Finish ``opened`` and return its recording."""
+    async def close(self, name: str) -> Recording:
+        """Finish session ``name`` and return its recording."""
         assert self.server is not None
-        session = self.server.sessions[opened.name]
+        session = self.server.sessions[name]
         self.server.finish(session)
         return Recording.of(session)
 
@@ -166,7 +166,7 @@ class LocalHost:
 
     async def close(self, opened: OpenedSession) -> Recording:
         """Finish the session and return its recording."""
-        return await self.sessions.close(opened)
+        return await self.sessions.close(opened.name)
 
 
 @dataclass

@@ -32,8 +32,8 @@ import json
 import os
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -45,8 +45,9 @@ from agentgym.proxy.hosts import Recording
 from agentgym.proxy.players import fill_trajectory
 from agentgym.proxy.recorder import ProxyError, SessionRecorder
 from agentgym.proxy.server import ProxyServer, Session
+from agentgym.proxy.turns import TakingTurns, TurnTakingBackend
 from agentgym.rollout.async_rollout import staleness_bound
-from agentgym.rollout.backends.base import Generation, GenerationBackend, SamplingParams
+from agentgym.rollout.backends.base import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.evaluation import evaluate
 from agentgym.rollout.loop import RolloutConfig
@@ -114,58 +115,6 @@ class ServeParts:
     api_key: str | None
     timeout: float
     close: Callable[[], None]
-
-
-class TakingTurns:
-    """Generations and weight loads take turns: a load waits for the generations in
-    flight and holds new ones until the engines hold the whole new version."""
-
-    def __init__(self) -> None:
-        self._changed = asyncio.Condition()
-        self._generating = 0
-        self._loading = False
-
-    @asynccontextmanager
-    async def generation(self) -> AsyncIterator[None]:
-        """Generate (after any load under way)."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: not self._loading)
-            self._generating += 1
-        try:
-            yield
-        finally:
-            async with self._changed:
-                self._generating -= 1
-                self._changed.notify_all()
-
-    @asynccontextmanager
-    async def load(self) -> AsyncIterator[None]:
-        """Load weights (once the generations in flight have finished)."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: not self._loading)
-            self._loading = True
-            await self._changed.wait_for(lambda: self._generating == 0)
-        try:
-            yield
-        finally:
-            async with self._changed:
-                self._loading = False
-                self._changed.notify_all()
-
-
-@dataclass
-class TurnTakingBackend:
-    """``backend``'s generation, in turn with weight loads (what sessions record from)."""
-
-    backend: GenerationBackend
-    turns: TakingTurns
-
-    async def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, *, env: Any = None
-    ) -> Generation:
-        """One generation, never across a weight load."""
-        async with self.turns.generation():
-            return await self.backend.generate(prompt_ids, params, env=env)
 
 
 @dataclass

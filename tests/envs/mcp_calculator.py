@@ -1,7 +1,8 @@
-"""An MCP server for the tests (the official ``mcp`` SDK's ``MCPServer``): a calculator,
-and a tool that kills the server (for the test of a server that dies mid-episode).
-``python mcp_calculator.py`` serves over stdio; ``python mcp_calculator.py PORT`` over
-streamable HTTP at ``http://127.0.0.1:PORT/mcp``."""
+"""The MCP server of the tests: the calculator ``env=mcp_tools`` ships
+(:mod:`agentgym.envs.tools.mcp.calculator`) plus a tool that stalls (for timeouts) and
+one that kills the server (for a server that dies mid-episode). ``python
+mcp_calculator.py`` serves over stdio; ``python mcp_calculator.py PORT`` over streamable
+HTTP at ``http://127.0.0.1:PORT/mcp``."""
 
 from __future__ import annotations
 
@@ -9,21 +10,7 @@ import asyncio
 import os
 import sys
 
-from mcp.server.mcpserver import MCPServer
-
-server = MCPServer("calculator")
-
-
-@server.tool()
-def add(a: float, b: float) -> str:
-    """Add two numbers."""
-    return f"{a + b:g}"
-
-
-@server.tool()
-def multiply(a: float, b: float) -> str:
-    """Multiply two numbers."""
-    return f"{a * b:g}"
+from agentgym.envs.tools.mcp.calculator import server
 
 
 @server.tool()

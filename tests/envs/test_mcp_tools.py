@@ -43,7 +43,7 @@ def test_the_servers_tools_reach_the_model_and_answer(tasks: Path) -> None:
     env = agentgym.make("mcp_tools", server=f"python {SERVER}", tasks=str(tasks))
     try:
         schemas = {t["function"]["name"]: t["function"] for t in env.unwrapped.tools}  # type: ignore[attr-defined]
-        assert set(schemas) == {"add", "multiply", "slow", "crash"}
+        assert set(schemas) == {"add", "subtract", "multiply", "slow", "crash"}
         assert schemas["add"]["parameters"]["required"] == ["a", "b"]
         assert schemas["multiply"]["description"] == "Multiply two numbers."  # the server's
         env.reset(seed=0, options={"task_index": 1})

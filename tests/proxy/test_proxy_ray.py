@@ -5,33 +5,24 @@ and the env manager record, token for token."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agentgym.cluster import start_cluster
 from agentgym.proxy.players import AgentSettings, ProxyPlayers
 from agentgym.rollout.backends.hf import HFBackend
 from agentgym.rollout.engines import spawn_engines
 from agentgym.rollout.router import Router
 from tests.proxy.test_proxy import config, play
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[Any]:
-    cluster = start_cluster("ray", rpc_timeout=300)
-    try:
-        yield cluster
-    finally:
-        cluster.shutdown()
+from tests.rollout.test_engines import ray_cluster  # noqa: F401  (a fixture)
 
 
 @pytest.mark.ray
 def test_sessions_on_engine_actors_record_what_the_env_manager_records(
-    ray_cluster: Any, tiny_model_dir: Path
+    ray_cluster: Any,  # noqa: F811  (the fixture imported above)
+    tiny_model_dir: Path,
 ) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()

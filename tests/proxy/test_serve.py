@@ -17,7 +17,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentgym.job.buffer import ExperienceBuffer
 from agentgym.job.published_weights import FolderChannel
-from agentgym.proxy.serve import ServeParts, ServingExplorer, TakingTurns
+from agentgym.proxy.serve import ServeParts, ServingExplorer
+from agentgym.proxy.turns import TakingTurns
 from agentgym.rollout.backends.base import SamplingParams
 from agentgym.rollout.backends.hf import HFBackend
 from agentgym.rollout.chat import ChatTokenizer

@@ -117,11 +117,6 @@ class MCPConnection:
         finally:
             self._client = None
 
-    @property
-    def alive(self) -> bool:
-        """Whether the connection is up (it may still find the server gone on a call)."""
-        return self._client is not None
-
     def ensure(self) -> None:
         """Start the server again (reconnect) when the last call found it gone."""
         if self._client is None:
