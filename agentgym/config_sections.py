@@ -22,8 +22,8 @@ from pydantic import (
 from agentgym.choices import (
     AGENT_KINDS,
     GROUPINGS,
-    NORM_SCOPES,
     LR_SCHEDULER_TYPES,
+    NORM_SCOPES,
     NORMALIZATIONS,
     WEIGHT_TYPES,
 )
@@ -324,10 +324,11 @@ class Agent(Section):
     """``agent``: who plays the episodes (``agent=env``, ``agent=proxy`` or ``agent=native``).
 
     ``env`` is the env manager's own loop. ``native`` lets an env that owns its
-    conversation hand the model each prompt (docs/native_envs.md). ``proxy`` hands each episode to an agent
-    runner that plays through the OpenAI-compatible proxy, which records the policy's
-    tokens exactly (docs/agents.md): ``runner`` is ``env`` (the built-in runner that
-    plays the registered env) or an import path ``package.module:Class``.
+    conversation hand the model each prompt (docs/native_envs.md). ``proxy`` hands each
+    episode to an agent runner that plays through the OpenAI-compatible proxy, which
+    records the policy's tokens exactly (docs/agents.md): ``runner`` is ``env`` (the
+    built-in runner that plays the registered env) or an import path
+    ``package.module:Class``.
 
     ``mode: serve`` serves agents started by someone else on ``host:port`` (Trinity-RFT's
     ``explorer.listen_address`` and ``proxy_port``); they send ``api_key`` (unset: a

@@ -415,4 +415,8 @@ def test_the_native_env_manager_is_agent_native_with_step_reinforce() -> None:
     tags = config["train_env_manager"]["env_configs"]["SokobanNativeEnv"]
     assert tags == {"name": "sokoban_native", "kwargs": {"max_steps": 10, "format_penalty": -0.15}}
     with pytest.raises(ConfigError, match=r"\['train_env_manager SimpleSokoban'\] use another env"):
-        translate(A + "agentic_val_sokoban_native.yaml", "train_env_manager.tags=[SokobanNativeEnv,SimpleSokoban]", "train_env_manager.num_groups_partition=[64,64]")  # fmt: skip
+        translate(
+            A + "agentic_val_sokoban_native.yaml",
+            "train_env_manager.tags=[SokobanNativeEnv,SimpleSokoban]",
+            "train_env_manager.num_groups_partition=[64,64]",
+        )

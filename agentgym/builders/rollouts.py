@@ -48,9 +48,10 @@ def rollout_config(config: TrainConfig, *, validation: bool = False) -> RolloutC
 
 def episode_players(config: TrainConfig) -> PlayerFactory | None:
     """Who plays the episodes (``agent.kind``): None, the env manager's own loop; for
-    ``native``, the envs' own conversations (:class:`NativePlayer`); for ``proxy``, agents through the OpenAI-compatible proxy (one server per event loop,
-    shared by the train and validation episodes; under ``distributed=ray``, one in each
-    engine's process)."""
+    ``native``, the envs' own conversations (:class:`NativePlayer`); for ``proxy``,
+    agents through the OpenAI-compatible proxy (one server per event loop, shared by the
+    train and validation episodes; under ``distributed=ray``, one in each engine's
+    process)."""
     agent = config.agent
     if agent.kind == "env":
         return None

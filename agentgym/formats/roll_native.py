@@ -52,9 +52,7 @@ def refuse_service_env(tag: str, env_type: Any) -> None:
         ConfigError: Naming the tag, the service and what to use instead.
     """
     if env_type in SERVICE_ENVS:
-        raise ConfigError(
-            f"custom_envs.{tag}.env_type={env_type!r} needs {SERVICE_ENVS[env_type]}"
-        )
+        raise ConfigError(f"custom_envs.{tag}.env_type={env_type!r} needs {SERVICE_ENVS[env_type]}")
 
 
 def refuse_service_envs(unresolved: Any) -> None:
@@ -65,7 +63,9 @@ def refuse_service_envs(unresolved: Any) -> None:
     Raises:
         ConfigError: For the first entry whose env type needs a service.
     """
-    entries = OmegaConf.select(unresolved, "custom_envs") if OmegaConf.is_config(unresolved) else None
+    entries = (
+        OmegaConf.select(unresolved, "custom_envs") if OmegaConf.is_config(unresolved) else None
+    )
     if not OmegaConf.is_config(entries):
         return
     plain = OmegaConf.to_container(entries, resolve=False)

@@ -38,7 +38,12 @@ def test_the_conversation_is_rolls_and_the_game_is_sokobans() -> None:
         {"role": "user", "content": observation},
     ]
     assert native.instructions == ROLL_SYSTEM
-    for action in ["<answer>Up</answer>", "<answer>Left</answer>", "go left", "<answer>Down</answer>"]:
+    for action in [
+        "<answer>Up</answer>",
+        "<answer>Left</answer>",
+        "go left",
+        "<answer>Down</answer>",
+    ]:
         observation, reward, terminated, truncated, info = native.step(action)
         board, plain_reward, *ends, plain_info = plain.step(action)
         assert (reward, [terminated, truncated]) == (plain_reward, ends)

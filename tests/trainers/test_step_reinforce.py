@@ -20,12 +20,15 @@ def episode(group: int, rewards: list[float], responses: int = 2) -> Trajectory:
     turns = [
         Turn([1, 2, 3], [7] * responses, [0.0] * responses, "", "stop", reward=r) for r in rewards
     ]
-    return Trajectory(
-        "e", "t", group, 0, mode="step", turns=turns, score=sum(rewards), messages=[]
-    )
+    return Trajectory("e", "t", group, 0, mode="step", turns=turns, score=sum(rewards), messages=[])
 
 
-EPISODES = [episode(0, [1.0, 0.0, 2.0]), episode(0, [0.0, 1.0]), episode(1, [3.0]), episode(1, [-1.0])]
+EPISODES = [
+    episode(0, [1.0, 0.0, 2.0]),
+    episode(0, [0.0, 1.0]),
+    episode(1, [3.0]),
+    episode(1, [-1.0]),
+]
 # step_gamma 0.5: [1, 0, 2] → [1 + 0.5 × 1, 0 + 0.5 × 2, 2] = [1.5, 1, 2]; [0, 1] → [0.5, 1]
 RETURNS = [1.5, 1.0, 2.0, 0.5, 1.0, 3.0, -1.0]
 # group 0's mean 6/5, group 1's 1; the batch's unbiased variance:
@@ -93,13 +96,17 @@ def test_scopes_unset_come_from_the_method_as_roll_derives_them() -> None:
     divided = normalize_rewards(
         scores, grouping="state", method="identity", group_ids=groups, norm_std_type="group"
     )
-    assert divided.tolist() == pytest.approx([0.0, 1 / (math.sqrt(2) + 1e-6), 3 / (math.sqrt(2) + 1e-6)])
+    assert divided.tolist() == pytest.approx(
+        [0.0, 1 / (math.sqrt(2) + 1e-6), 3 / (math.sqrt(2) + 1e-6)]
+    )
     centred = normalize_rewards(
         scores, grouping="state", method="identity", group_ids=groups, norm_mean_type="batch"
     )
     assert centred.tolist() == pytest.approx([4 - 8 / 3, 1 - 8 / 3, 3 - 8 / 3])
     with pytest.raises(ValueError, match=r"norm_mean_type='grup' is not valid"):
-        normalize_rewards(scores, grouping="state", method="identity", group_ids=groups, norm_mean_type="grup")
+        normalize_rewards(
+            scores, grouping="state", method="identity", group_ids=groups, norm_mean_type="grup"
+        )
 
 
 def test_step_reinforce_asks_for_its_keys_by_name() -> None:
