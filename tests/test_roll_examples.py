@@ -193,6 +193,13 @@ def test_a_file_trains_two_steps(name: str, trained: dict[str, tuple[Path, str |
     lines = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").open()]
     assert {line["step"] for line in lines if "train/all/trajectories" in line} == {1, 2}
     assert [line["step"] for line in lines if "actor/loss" in line] == [1, 2]  # both updated
+    # the run folder records what ran: the translation's notes and the fitting table
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["backend"] == "hf" and meta["engine"].startswith("transformers ")
+    assert any(note.startswith("ROLL config: ") for note in meta["notes"])
+    assert any(note.startswith("machine fitting") for note in meta["notes"]), meta["notes"]
+    log = (out / "train.log").read_text()
+    assert all(note in log for note in meta["notes"]) and "== resolved config ==" in log
     if "rollout_mock_dump" in name:  # its dump_dir, relative to where it ran
         dump = out.parent / "output" / "rollout_dumps" / "baseline_v1"
         assert sorted(p.name for p in dump.glob("step_*.pkl")) == [
