@@ -65,6 +65,20 @@ def record_what_ran(log_file: Path, record: dict[str, Any], resolved: dict[str, 
         log.write(text + yaml.safe_dump(resolved, sort_keys=False) + "== run ==\n")
 
 
+def link_checkpoints(config: TrainConfig) -> None:
+    """A decoupled job's trainer keeps its checkpoints in the job folder
+    (:attr:`~agentgym.schema.TrainConfig.checkpoint_dir`); its run folder's
+    ``checkpoints`` links there, so that ``mode=bench output_dir=<run folder>``,
+    ``agentgym eval model.path=<run folder>`` and the stop line's resume command find
+    them as for any run."""
+    link, target = Path(config.output_dir) / "checkpoints", config.checkpoint_dir
+    if config.mode != "train":
+        return
+    target.mkdir(parents=True, exist_ok=True)
+    if link.resolve() != target.resolve() and not link.exists() and not link.is_symlink():
+        link.symlink_to(target.resolve(), target_is_directory=True)
+
+
 def open_run_folder(
     config: TrainConfig,
     resolved: dict[str, Any],
