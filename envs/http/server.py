@@ -1,0 +1,371 @@
+"""An env server: any registered agentgym env, played over HTTP by many episodes at once.
+
+``agentgym serve-env sokoban --port 8000`` serves the env as ``env=sokoban`` trains it
+(its ``configs/env/sokoban.yaml`` arguments), plus ``key=value`` overrides;
+:class:`EnvServerThread` serves one in a thread of this process (tests, and
+:class:`~agentgym.envs.http.client.HttpEnv` without a ``base_url``). The routes are
+:mod:`agentgym.envs.http.protocol`'s. Each episode id holds its own env; an env whose
+calls are short pure-Python work (``inline_calls``) is played on the server's event
+loop, others in its thread pool, so one slow episode does not hold the rest.
+
+Starlette (FastAPI's core) served by uvicorn, as the proxy is: both are dependencies
+of the package already.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from agentgym import registry
+from agentgym.envs.adapter import make_text_env
+from agentgym.envs.http.protocol import (
+    CLIENT_KWARGS,
+    PROTOCOL_VERSION,
+    EnvServerRequestError,
+    encode,
+    error_body,
+)
+from agentgym.envs.text_env import TextEnv
+
+_T = TypeVar("_T")
+
+KEEP_ALIVE = 3600
+"""Seconds an idle connection stays open: a client's connection lives for its env's
+life, and a step on a connection the server just closed could not be repeated safely."""
+
+ENV_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "env"
+"""Where ``configs/env/<name>.yaml`` lives (the arguments ``env=<name>`` trains with)."""
+
+
+@dataclass
+class _Episode:
+    env: TextEnv
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class EnvServer:
+    """The episodes of one env, behind the protocol's routes.
+
+    Args:
+        env: A registered env name or Gymnasium id.
+        kwargs: The env's constructor arguments (the server's own).
+        client_kwargs: The arguments a client may set on top (its reset's
+            ``kwargs``); default :data:`~agentgym.envs.http.protocol.CLIENT_KWARGS`.
+        max_episodes: Episodes held at once; a new one beyond is answered 503.
+        threads: Threads that play the calls of envs that are not ``inline_calls``.
+
+    Raises:
+        UnknownEnvError: If ``env`` is not registered.
+    """
+
+    def __init__(
+        self,
+        env: str,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        client_kwargs: Collection[str] = CLIENT_KWARGS,
+        max_episodes: int = 4096,
+        threads: int = 64,
+    ) -> None:
+        registry.spec(env)  # an unknown name fails here, with its close matches
+        self.env = env
+        self.kwargs = dict(kwargs or {})
+        self.client_kwargs = frozenset(client_kwargs)
+        self.max_episodes = max_episodes
+        self.episodes: dict[str, _Episode] = {}
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="env-server")
+
+    # -- the work of each route -------------------------------------------------------
+
+    def make(self, kwargs: Mapping[str, Any]) -> TextEnv:
+        """A new env from the server's arguments and a client's allowed ones.
+
+        Raises:
+            EnvServerRequestError: 400 on an argument the client may not set.
+        """
+        refused = sorted(set(kwargs) - self.client_kwargs)
+        if refused:
+            raise EnvServerRequestError(
+                400,
+                f"env server of {self.env!r}: a client may not set {refused}; it may set "
+                f"{sorted(self.client_kwargs)} (start the server with the others)",
+            )
+        return make_text_env(self.env, {**self.kwargs, **kwargs})
+
+    def describe(self, env: TextEnv) -> dict[str, Any]:
+        """What a client learns of the env before its first reset."""
+        return {
+            "env": self.env,
+            "instructions": env.instructions,
+            "tools": list(env.tools),
+            "task_indexed": getattr(env, "uses_task_index", False) is True,
+            "response_format": getattr(env, "response_format", None),
+            "max_steps": getattr(env, "max_steps", None),
+        }
+
+    async def call(self, env: TextEnv, function: Callable[..., _T], *args: Any) -> _T:
+        """Run an env call on the loop (``inline_calls``) or in the thread pool."""
+        if getattr(env, "inline_calls", False):
+            return function(*args)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
+
+    async def episode(self, name: str, kwargs: Mapping[str, Any] | None) -> _Episode:
+        """Episode ``name``; made from ``kwargs`` when the server lacks it (None: 404)."""
+        found = self.episodes.get(name)
+        if found is not None:
+            return found
+        if kwargs is None:
+            raise EnvServerRequestError(
+                404, f"env server of {self.env!r} holds no episode {name!r} (restarted?)"
+            )
+        if len(self.episodes) >= self.max_episodes:
+            raise EnvServerRequestError(
+                503, f"env server of {self.env!r} holds {self.max_episodes} episodes already"
+            )
+        env = await asyncio.get_running_loop().run_in_executor(self._pool, self.make, kwargs)
+        return self.episodes.setdefault(name, _Episode(env))
+
+    def close(self) -> None:
+        """Close every env and the thread pool."""
+        for episode in self.episodes.values():
+            episode.env.close()
+        self.episodes.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- routes -------------------------------------------------------------------------
+
+    def app(self) -> Starlette:
+        """The routes, as a Starlette app."""
+        return Starlette(
+            routes=[
+                Route("/health", _answer(self._health), methods=["GET"]),
+                Route("/episodes/{episode}", _answer(self._create), methods=["PUT"]),
+                Route("/episodes/{episode}", _answer(self._close), methods=["DELETE"]),
+                Route("/episodes/{episode}/reset", _answer(self._reset), methods=["POST"]),
+                Route("/episodes/{episode}/step", _answer(self._step), methods=["POST"]),
+            ]
+        )
+
+    async def _health(self, _: Request) -> dict[str, Any]:
+        return {"protocol": PROTOCOL_VERSION, "env": self.env, "episodes": len(self.episodes)}
+
+    async def _create(self, request: Request) -> dict[str, Any]:
+        body = await _body(request)
+        episode = await self.episode(request.path_params["episode"], _mapping(body, "kwargs"))
+        return self.describe(episode.env)
+
+    async def _reset(self, request: Request) -> dict[str, Any]:
+        body = await _body(request)
+        seed, options = body.get("seed"), body.get("options")
+        if seed is not None and not isinstance(seed, int):
+            raise EnvServerRequestError(400, f"seed must be an integer or null, got {seed!r}")
+        if options is not None and not isinstance(options, dict):
+            raise EnvServerRequestError(400, f"options must be an object or null, got {options!r}")
+        episode = await self.episode(request.path_params["episode"], _mapping(body, "kwargs"))
+        async with episode.lock:
+            env = episode.env
+            observation, info = await self.call(env, _reset, env, seed, options)
+        return {
+            "observation": observation,
+            "info": info,
+            "instructions": env.instructions,
+            "tools": list(env.tools),
+        }
+
+    async def _step(self, request: Request) -> dict[str, Any]:
+        body = await _body(request)
+        action = body.get("action")
+        if not isinstance(action, str):
+            raise EnvServerRequestError(400, f"action must be a string, got {action!r:.80}")
+        episode = await self.episode(request.path_params["episode"], None)
+        async with episode.lock:
+            result = await self.call(episode.env, episode.env.step, action)
+        observation, reward, terminated, truncated, info = result
+        return {
+            "observation": observation,
+            "reward": reward,
+            "terminated": terminated,
+            "truncated": truncated,
+            "info": info,
+        }
+
+    async def _close(self, request: Request) -> dict[str, Any]:
+        episode = self.episodes.pop(request.path_params["episode"], None)
+        if episode is not None:
+            await self.call(episode.env, episode.env.close)
+        return {"closed": episode is not None}
+
+
+def _reset(env: TextEnv, seed: int | None, options: dict[str, Any] | None) -> Any:
+    if options is None:
+        return env.reset(seed=seed)
+    return env.reset(seed=seed, options=options)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        body = json.loads(raw) if raw else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise EnvServerRequestError(400, f"the request body is not JSON: {error}") from error
+    if not isinstance(body, dict):
+        raise EnvServerRequestError(400, "the request body must be a JSON object")
+    return body
+
+
+def _mapping(body: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = body.get(key) or {}
+    if not isinstance(value, dict):
+        raise EnvServerRequestError(400, f"{key} must be an object, got {value!r:.80}")
+    return value
+
+
+def _answer(route: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    """A route's result as a JSON answer; a refused request as 4xx, an env's error as 500."""
+
+    async def answer(request: Request) -> Response:
+        try:
+            return Response(encode(await route(request)), media_type="application/json")
+        except EnvServerRequestError as error:
+            body = error_body(type(error).__name__, str(error))
+            return Response(body, status_code=error.status, media_type="application/json")
+        except Exception as error:  # the env's own error: the client fails its episode
+            body = error_body(type(error).__name__, str(error))
+            return Response(body, status_code=500, media_type="application/json")
+
+    return answer
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound TCP socket; ``IPPROTO_TCP`` so that asyncio sets ``TCP_NODELAY`` on the
+    connections it accepts (without it each answer waits ~40 ms for a delayed ACK)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _uvicorn_server(server: EnvServer, *, signals: bool) -> Any:
+    import uvicorn
+
+    config = uvicorn.Config(
+        server.app(),
+        log_config=None,
+        lifespan="off",
+        access_log=False,
+        timeout_keep_alive=KEEP_ALIVE,
+    )
+    if signals:
+        return uvicorn.Server(config)
+
+    class Quiet(uvicorn.Server):  # Ctrl-C stays the host process's
+        def capture_signals(self) -> Any:
+            return nullcontext()
+
+    return Quiet(config)
+
+
+class EnvServerThread:
+    """An :class:`EnvServer` served in a daemon thread of this process.
+
+    Args:
+        server: What to serve.
+        host: The address to listen on.
+        port: The port; 0 picks a free one (see :attr:`url`).
+
+    Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, server: EnvServer, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.server = server
+        sock = listening_socket(host, port)
+        self.url = f"http://{host}:{sock.getsockname()[1]}"
+        self._uvicorn = _uvicorn_server(server, signals=False)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._uvicorn.serve(sockets=[sock])),
+            daemon=True,
+            name=f"env-server {server.env}",
+        )
+        self._thread.start()
+        while not self._uvicorn.started:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"the env server of {server.env!r} stopped as it started")
+            self._thread.join(0.005)
+
+    def close(self) -> None:
+        """Stop serving and close the envs."""
+        self._uvicorn.should_exit = True
+        self._thread.join(timeout=10)
+        self.server.close()
+
+    def __enter__(self) -> EnvServerThread:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def env_config_kwargs(name: str) -> dict[str, Any]:
+    """The arguments ``env=<name>`` trains with (``configs/env/<name>.yaml``); empty for
+    an env without a config file."""
+    path = ENV_CONFIGS / f"{name}.yaml"
+    if not path.is_file():
+        return {}
+    return dict(yaml.safe_load(path.read_text()).get("kwargs") or {})
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``agentgym serve-env ENV [--host H] [--port P] [key=value ...]``."""
+    parser = argparse.ArgumentParser(
+        prog="agentgym serve-env",
+        description="Serve a registered env over HTTP (docs/http_envs.md): the env as "
+        "env=ENV trains it, with key=value constructor arguments on top.",
+    )
+    parser.add_argument("env", help=f"env name; registered: {registry.list_envs()}")
+    parser.add_argument("kwargs", nargs="*", metavar="key=value", help="constructor argument")
+    parser.add_argument("--host", default="127.0.0.1", help="address (0.0.0.0: every one)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--allow-kwarg",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"a constructor argument clients may set too (always: {list(CLIENT_KWARGS)})",
+    )
+    args = parser.parse_args(argv)
+    from agentgym.play import parse_overrides
+
+    try:
+        kwargs = {**env_config_kwargs(args.env), **parse_overrides(args.kwargs)}
+        server = EnvServer(args.env, kwargs, client_kwargs=(*CLIENT_KWARGS, *args.allow_kwarg))
+        server.make({}).close()  # arguments the env rejects fail here, not at a reset
+    except (registry.UnknownEnvError, registry.PluginError, ValueError, TypeError) as error:
+        parser.exit(2, f"error: {error}\n")
+    sock = listening_socket(args.host, args.port)
+    print(f"serving {args.env} on http://{args.host}:{sock.getsockname()[1]}", flush=True)
+    try:
+        asyncio.run(_uvicorn_server(server, signals=True).serve(sockets=[sock]))
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
