@@ -72,7 +72,8 @@ EXPECTED: dict[str, str | None] = {
     # ROLL's own envs and tools
     A + "agentic_val_sokoban_native.yaml": (
         "custom_envs.SokobanNativeEnv.env_type='sokoban_native_env' has no agentgym env; "
-        "known: ['frozen_lake', 'sokoban', 'sokoban_sandbox', 'webshop']."
+        "known: ['frozen_lake', 'sokoban', 'sokoban_sandbox', 'webshop']. Did you mean "
+        "'sokoban_sandbox'?"
     ),
     A + "agentic_rollout_sokoban.yaml": (
         "this ROLL file has no actor_train: it configures ROLL's rollout pipeline "
