@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from agentgym.envs.http.protocol import PROTOCOL_VERSION, EnvServerError, encode
-from agentgym.envs.http.server import EnvServer, EnvServerThread
+from agentgym.envs.http.server import EnvServer, EnvServerThread, env_config_kwargs
 from agentgym.envs.text_env import REQUIRED_INFO, TextEnv, text_space
 
 RETRYABLE_STATUS = (502, 503, 504)
@@ -103,7 +103,8 @@ class HttpEnv(TextEnv):
             it); None serves ``env`` on a loopback server of this process.
         env: The env the server must play (checked against it; None: whatever it
             plays). Without ``base_url``, the env to serve (default ``sokoban``).
-        env_kwargs: Without ``base_url``: the served env's constructor arguments. With
+        env_kwargs: Without ``base_url``: the served env's constructor arguments
+            (None: those ``env=<env>`` trains with, its ``configs/env`` file's). With
             one: arguments set on the server's env for this client (only those the
             server lets clients set: TextEnv's own, such as ``max_steps``).
         format_penalty: The env's ``format_penalty``, set on the server's env (the
@@ -141,7 +142,8 @@ class HttpEnv(TextEnv):
         kwargs = dict(env_kwargs or {})
         if base_url is None:
             env = env or "sokoban"
-            base_url, kwargs = local_server(env, kwargs), {}
+            served = env_config_kwargs(env) if env_kwargs is None else kwargs
+            base_url, kwargs = local_server(env, served), {}
         if format_penalty is not None:
             kwargs["format_penalty"] = float(format_penalty)
         self.base_url = base_url.rstrip("/")
