@@ -46,7 +46,7 @@ COMMANDS: dict[str, Command] = {
     "play": Command("agentgym.play", "play a text env in the terminal"),
     "plan": Command("agentgym.plan", "search Megatron layouts for a model, devices and batch"),
     "run": Command("agentgym.launch", "run a config file (agentgym's, ROLL's or Trinity-RFT's)"),
-    "serve-env": Command("agentgym.envs.http.server", "serve an env over HTTP (docs/http_envs.md)"),
+    "serve-env": Command("agentgym.envs.http.serve", "serve an env over HTTP (docs/http_envs.md)"),
 }
 """Every command, in the order ``agentgym --help`` lists them."""
 

@@ -22,6 +22,7 @@ of this process (one per env and arguments), which is how ``env=http`` trains as
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import threading
@@ -65,9 +66,7 @@ class _Connection:
         self.prefix = parts.path.rstrip("/")
         self._http: http.client.HTTPConnection | None = None
 
-    def request(
-        self, method: str, path: str, body: Any, timeout: float
-    ) -> tuple[int, bytes]:
+    def request(self, method: str, path: str, body: Any, timeout: float) -> tuple[int, bytes]:
         """Send one request; its status and body. Raises OSError and http.client's errors."""
         connection = self._http
         if connection is None:
@@ -212,7 +211,11 @@ class HttpEnv(TextEnv):
             raise RuntimeError("step() called on a finished episode; call reset() first")
         self._done = True  # until the server's answer says otherwise
         answer = self._once("POST", self._path("/step"), {"action": action}, "step")
-        observation, reward, info = answer.get("observation"), answer.get("reward"), answer.get("info")
+        observation, reward, info = (
+            answer.get("observation"),
+            answer.get("reward"),
+            answer.get("info"),
+        )
         terminated, truncated = answer.get("terminated"), answer.get("truncated")
         self._expect(
             isinstance(observation, str)
@@ -230,10 +233,8 @@ class HttpEnv(TextEnv):
 
     def close(self) -> None:
         """Let the server close the episode's env (best effort: it may be gone)."""
-        try:
+        with contextlib.suppress(OSError, http.client.HTTPException):
             self._connection.request("DELETE", self._path(""), None, min(self.timeout, 5.0))
-        except (OSError, http.client.HTTPException):
-            pass
         self._connection.close()
 
     # -- requests -----------------------------------------------------------------------
@@ -312,4 +313,3 @@ class HttpEnv(TextEnv):
 
 def _is_info(info: Any) -> bool:
     return isinstance(info, dict) and all(key in info for key in REQUIRED_INFO)
-

@@ -1,7 +1,8 @@
 """An env server: any registered agentgym env, played over HTTP by many episodes at once.
 
-``agentgym serve-env sokoban --port 8000`` serves the env as ``env=sokoban`` trains it
-(its ``configs/env/sokoban.yaml`` arguments), plus ``key=value`` overrides;
+``agentgym serve-env sokoban --port 8000`` (:mod:`agentgym.envs.http.serve`) serves the
+env as ``env=sokoban`` trains it (its ``configs/env/sokoban.yaml`` arguments), plus
+``key=value`` overrides;
 :class:`EnvServerThread` serves one in a thread of this process (tests, and
 :class:`~agentgym.envs.http.client.HttpEnv` without a ``base_url``). The routes are
 :mod:`agentgym.envs.http.protocol`'s. Each episode id holds its own env; an env whose
@@ -14,13 +15,11 @@ of the package already.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import socket
-import sys
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -263,7 +262,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _uvicorn_server(server: EnvServer, *, signals: bool) -> Any:
+def uvicorn_server(server: EnvServer, *, signals: bool) -> Any:
+    """uvicorn serving ``server``; without ``signals`` it leaves the process's signal
+    handlers alone (a server in a thread)."""
     import uvicorn
 
     config = uvicorn.Config(
@@ -298,7 +299,7 @@ class EnvServerThread:
         self.server = server
         sock = listening_socket(host, port)
         self.url = f"http://{host}:{sock.getsockname()[1]}"
-        self._uvicorn = _uvicorn_server(server, signals=False)
+        self._uvicorn = uvicorn_server(server, signals=False)
         self._thread = threading.Thread(
             target=lambda: asyncio.run(self._uvicorn.serve(sockets=[sock])),
             daemon=True,
@@ -330,42 +331,3 @@ def env_config_kwargs(name: str) -> dict[str, Any]:
     if not path.is_file():
         return {}
     return dict(yaml.safe_load(path.read_text()).get("kwargs") or {})
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``agentgym serve-env ENV [--host H] [--port P] [key=value ...]``."""
-    parser = argparse.ArgumentParser(
-        prog="agentgym serve-env",
-        description="Serve a registered env over HTTP (docs/http_envs.md): the env as "
-        "env=ENV trains it, with key=value constructor arguments on top.",
-    )
-    parser.add_argument("env", help=f"env name; registered: {registry.list_envs()}")
-    parser.add_argument("kwargs", nargs="*", metavar="key=value", help="constructor argument")
-    parser.add_argument("--host", default="127.0.0.1", help="address (0.0.0.0: every one)")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument(
-        "--allow-kwarg",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help=f"a constructor argument clients may set too (always: {list(CLIENT_KWARGS)})",
-    )
-    args = parser.parse_args(argv)
-    from agentgym.play import parse_overrides
-
-    try:
-        kwargs = {**env_config_kwargs(args.env), **parse_overrides(args.kwargs)}
-        server = EnvServer(args.env, kwargs, client_kwargs=(*CLIENT_KWARGS, *args.allow_kwarg))
-        server.make({}).close()  # arguments the env rejects fail here, not at a reset
-    except (registry.UnknownEnvError, registry.PluginError, ValueError, TypeError) as error:
-        parser.exit(2, f"error: {error}\n")
-    sock = listening_socket(args.host, args.port)
-    print(f"serving {args.env} on http://{args.host}:{sock.getsockname()[1]}", flush=True)
-    try:
-        asyncio.run(_uvicorn_server(server, signals=True).serve(sockets=[sock]))
-    finally:
-        server.close()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
