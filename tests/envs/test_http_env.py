@@ -314,3 +314,16 @@ def test_training_goes_on_past_a_server_killed_mid_step(tmp_path: Path) -> None:
     log = (tmp_path / "run" / "train.log").read_text()
     assert "4 episode(s) ended with env_error (agentgym.envs.http.protocol.EnvServerError)" in log
     assert f"env server http://127.0.0.1:{port} failed during step" in log
+
+
+def test_the_http_env_benchmark_runs_dry(tmp_path: Path) -> None:
+    """benchmarks/http_env_bench.py in its dry mode: what it times works (not how fast)."""
+    out = tmp_path / "figures.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / "http_env_bench.py"), "--dry-run",
+               "--json", str(out)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    local, remote = figures["medians"]["in process"], figures["medians"]["http"]
+    assert local["steps"] == remote["steps"] > 4  # the same moves played both ways
+    assert remote["server_cpu_ms_per_step"] > 0 == local["server_cpu_ms_per_step"]
