@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+import gymnasium
+
 from agentgym.envs.http.protocol import PROTOCOL_VERSION, EnvServerError, encode
 from agentgym.envs.http.server import EnvServer, EnvServerThread, env_config_kwargs
 from agentgym.envs.text_env import REQUIRED_INFO, TextEnv, text_space
@@ -191,6 +193,7 @@ class HttpEnv(TextEnv):
             EnvServerError: The server stayed down for ``connect_timeout`` seconds, or
                 answered an error or garbage.
         """
+        gymnasium.Env.reset(self, seed=seed)  # Gymnasium's contract: np_random follows seed
         self._done = True
         body = {"seed": seed, "options": options, "kwargs": self.kwargs}
         answer = self._retrying("POST", self._path("/reset"), body, "reset")
