@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 from urllib.parse import urlsplit
 
 import gymnasium
@@ -120,7 +120,7 @@ class HttpEnv(TextEnv):
             speaks another protocol, plays another env or refuses the arguments.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
     action_names: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
@@ -168,9 +168,7 @@ class HttpEnv(TextEnv):
         self._instructions = str(description.get("instructions", ""))
         self._tools = list(description.get("tools") or [])
         self.uses_task_index = bool(description.get("task_indexed"))
-        self.response_format = description.get("response_format") or "answer"
-        self.max_steps = description.get("max_steps")
-        self.format_penalty = kwargs.get("format_penalty")
+        self.response_format = str(description.get("response_format") or "answer")
 
     # -- TextEnv's public API, played on the server -------------------------------------
 
@@ -198,7 +196,8 @@ class HttpEnv(TextEnv):
         body = {"seed": seed, "options": options, "kwargs": self.kwargs}
         answer = self._retrying("POST", self._path("/reset"), body, "reset")
         observation, info = answer.get("observation"), answer.get("info")
-        self._expect(isinstance(observation, str) and _is_info(info), "reset", answer)
+        if not (isinstance(observation, str) and _is_info(info)):
+            raise self._garbage("reset", answer)
         self._instructions = str(answer.get("instructions", self._instructions))
         self._tools = list(answer.get("tools") or [])
         self.num_steps, self._done, self._observation_text = 0, False, observation
@@ -220,16 +219,15 @@ class HttpEnv(TextEnv):
             answer.get("info"),
         )
         terminated, truncated = answer.get("terminated"), answer.get("truncated")
-        self._expect(
+        if not (
             isinstance(observation, str)
             and isinstance(reward, int | float)
             and not isinstance(reward, bool)
             and isinstance(terminated, bool)
             and isinstance(truncated, bool)
-            and _is_info(info),
-            "step",
-            answer,
-        )
+            and _is_info(info)
+        ):
+            raise self._garbage("step", answer)
         self.num_steps += 1
         self._done, self._observation_text = terminated or truncated, observation
         return observation, float(reward), terminated, truncated, info
@@ -255,7 +253,7 @@ class HttpEnv(TextEnv):
             try:
                 status, data = self._connection.request(method, path, body, self.timeout)
                 if status not in RETRYABLE_STATUS:
-                    return self._parse(status, data, what)
+                    return self._decode(status, data, what)
                 why = f"it answered {status}"
             except (OSError, http.client.HTTPException) as error:
                 why = f"{type(error).__name__}: {error}"
@@ -275,9 +273,9 @@ class HttpEnv(TextEnv):
                 f"env server {self.base_url} failed during {what} of episode "
                 f"{self.episode_id}: {type(error).__name__}: {error}"
             ) from error
-        return self._parse(status, data, what)
+        return self._decode(status, data, what)
 
-    def _parse(self, status: int, data: bytes, what: str) -> dict[str, Any]:
+    def _decode(self, status: int, data: bytes, what: str) -> dict[str, Any]:
         try:
             answer = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -295,12 +293,11 @@ class HttpEnv(TextEnv):
             )
         return answer
 
-    def _expect(self, ok: bool, what: str, answer: Mapping[str, Any]) -> None:
-        if not ok:
-            raise EnvServerError(
-                f"env server {self.base_url} answered garbage to {what} of episode "
-                f"{self.episode_id}: {json.dumps(answer, default=str)[:300]}"
-            )
+    def _garbage(self, what: str, answer: Mapping[str, Any]) -> EnvServerError:
+        return EnvServerError(
+            f"env server {self.base_url} answered garbage to {what} of episode "
+            f"{self.episode_id}: {json.dumps(answer, default=str)[:300]}"
+        )
 
     # -- TextEnv's hooks: the server's env plays, these are not called ------------------
 
@@ -314,5 +311,5 @@ class HttpEnv(TextEnv):
         raise NotImplementedError("HttpEnv's success is the server's info['success']")
 
 
-def _is_info(info: Any) -> bool:
+def _is_info(info: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(info, dict) and all(key in info for key in REQUIRED_INFO)
