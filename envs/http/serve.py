@@ -39,10 +39,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="NAME",
         help=f"a constructor argument clients may set too (always: {list(CLIENT_KWARGS)})",
     )
+    parser.add_argument("--max-episodes", type=int, default=4096, help="episodes held at once")
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=3600.0,
+        help="seconds after which an idle episode's env is closed when room is needed",
+    )
     args = parser.parse_intermixed_args(argv)  # key=value words before or after options
     try:
         kwargs = {**env_config_kwargs(args.env), **parse_overrides(args.kwargs)}
-        server = EnvServer(args.env, kwargs, client_kwargs=(*CLIENT_KWARGS, *args.allow_kwarg))
+        server = EnvServer(
+            args.env,
+            kwargs,
+            client_kwargs=(*CLIENT_KWARGS, *args.allow_kwarg),
+            max_episodes=args.max_episodes,
+            idle_timeout=args.idle_timeout,
+        )
         probe = server.make({})  # arguments the env rejects fail here, not at a client's reset
         probe.reset(seed=0)
         probe.close()

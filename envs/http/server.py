@@ -19,6 +19,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -57,6 +58,7 @@ ENV_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "env"
 class _Episode:
     env: TextEnv
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    used: float = field(default_factory=time.monotonic)
 
 
 class EnvServer:
@@ -68,6 +70,8 @@ class EnvServer:
         client_kwargs: The arguments a client may set on top (its reset's
             ``kwargs``); default :data:`~agentgym.envs.http.protocol.CLIENT_KWARGS`.
         max_episodes: Episodes held at once; a new one beyond is answered 503.
+        idle_timeout: Seconds after its last request an episode's env is closed, when
+            a new episode needs room (a client that died never closes its own).
         threads: Threads that play the calls of envs that are not ``inline_calls``.
 
     Raises:
@@ -81,6 +85,7 @@ class EnvServer:
         *,
         client_kwargs: Collection[str] = CLIENT_KWARGS,
         max_episodes: int = 4096,
+        idle_timeout: float = 3600.0,
         threads: int = 64,
     ) -> None:
         registry.spec(env)  # an unknown name fails here, with its close matches
@@ -88,6 +93,7 @@ class EnvServer:
         self.kwargs = dict(kwargs or {})
         self.client_kwargs = frozenset(client_kwargs)
         self.max_episodes = max_episodes
+        self.idle_timeout = idle_timeout
         self.episodes: dict[str, _Episode] = {}
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="env-server")
 
@@ -129,17 +135,28 @@ class EnvServer:
         """Episode ``name``; made from ``kwargs`` when the server lacks it (None: 404)."""
         found = self.episodes.get(name)
         if found is not None:
+            found.used = time.monotonic()
             return found
         if kwargs is None:
             raise EnvServerRequestError(
                 404, f"env server of {self.env!r} holds no episode {name!r} (restarted?)"
             )
         if len(self.episodes) >= self.max_episodes:
+            self._close_idle()
+        if len(self.episodes) >= self.max_episodes:
             raise EnvServerRequestError(
                 503, f"env server of {self.env!r} holds {self.max_episodes} episodes already"
             )
         env = await asyncio.get_running_loop().run_in_executor(self._pool, self.make, kwargs)
         return self.episodes.setdefault(name, _Episode(env))
+
+    def _close_idle(self) -> None:
+        """Close the envs of episodes idle for ``idle_timeout`` seconds (not mid-call)."""
+        stale = time.monotonic() - self.idle_timeout
+        for name, episode in list(self.episodes.items()):
+            if episode.used < stale and not episode.lock.locked():
+                del self.episodes[name]
+                episode.env.close()
 
     def close(self) -> None:
         """Close every env and the thread pool."""

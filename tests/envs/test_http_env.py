@@ -119,6 +119,20 @@ def test_a_client_may_set_only_textenvs_own_arguments_and_must_name_the_served_e
             env.step("nonsense")
 
 
+def test_a_full_server_closes_idle_episodes_for_new_ones_and_else_answers_503() -> None:
+    with EnvServerThread(EnvServer("sokoban", max_episodes=2, idle_timeout=0.3)) as server:
+        first, second = HttpEnv(base_url=server.url), HttpEnv(base_url=server.url)
+        second.reset(seed=0)
+        with pytest.raises(EnvServerError, match=r"could not open .*last: it answered 503"):
+            HttpEnv(base_url=server.url, connect_timeout=0.2)  # both in use
+        time.sleep(0.4)
+        third = HttpEnv(base_url=server.url)  # the idle ones make room
+        assert set(server.server.episodes) == {third.episode_id}
+        with pytest.raises(EnvServerError, match=r"404 to step .*holds no episode"):
+            second.step("<answer>Up</answer>")  # closed while idle: that episode fails
+        assert first.reset(seed=1)[0]  # a reset makes a closed episode's env again
+
+
 def test_a_server_that_is_down_fails_within_connect_timeout_naming_it() -> None:
     port = free_port()
     started = time.monotonic()
