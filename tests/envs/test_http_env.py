@@ -26,6 +26,7 @@ from agentgym.envs.adapter import make_text_env
 from agentgym.envs.http import EnvServer, EnvServerError, EnvServerThread, HttpEnv
 from agentgym.envs.http.protocol import plain
 from agentgym.envs.http.server import env_config_kwargs
+from agentgym.rollout.workers import uses_task_index
 from tests.envs.trainrun import logged_steps, run_python
 from tests.servers import free_port
 
@@ -75,6 +76,20 @@ def test_episodes_through_http_equal_the_env_in_process(name: str, kwargs: dict[
             assert play(remote, seed, actions) == play(local, seed, actions), seed
         remote.close()
         assert server.server.episodes == {}  # close let the server close its env
+
+
+def test_a_task_indexed_env_asks_for_its_task_indices_through_http() -> None:
+    local = make_text_env("math_workflow", {})
+    with EnvServerThread(EnvServer("math_workflow")) as server:
+        remote = HttpEnv(base_url=server.url)
+        assert uses_task_index(remote) and uses_task_index(local)  # the env manager asks
+        for index in (0, 1, 7):
+            options = {"task_index": index}
+            assert plain(remote.reset(seed=index, options=options)) == plain(
+                local.reset(seed=index, options=options)
+            )
+            answer = "<answer>42</answer>"
+            assert plain(remote.step(answer)) == plain(local.step(answer))
 
 
 def test_sixty_four_concurrent_episodes_on_one_server_each_equal_in_process() -> None:
