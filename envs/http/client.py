@@ -155,14 +155,16 @@ class HttpEnv(TextEnv):
         self.observation_space = self.action_space = text_space()
         self.num_steps, self._done, self._observation_text = 0, True, ""
         self._connection = _Connection(self.base_url)
-        health = self._retrying("GET", "/health", None, "reach")
+        health = self._retrying("GET", "/health", None, "health")
         if health.get("protocol") != PROTOCOL_VERSION:
             raise EnvServerError(
-                f"{self.base_url} speaks env-server protocol {health.get('protocol')!r}, "
-                f"not {PROTOCOL_VERSION}: is it an agentgym env server of this version?"
+                f"base_url {self.base_url} speaks protocol {health.get('protocol')!r}, not "
+                f"{PROTOCOL_VERSION}: is it an agentgym server of this version?"
             )
         if env is not None and health.get("env") != env:
-            raise EnvServerError(f"{self.base_url} serves env {health.get('env')!r}, not {env!r}")
+            raise EnvServerError(
+                f"base_url {self.base_url} serves env {health.get('env')!r}, not {env!r}"
+            )
         description = self._retrying("PUT", self._path(""), {"kwargs": kwargs}, "open")
         self.env = str(description.get("env"))
         self._instructions = str(description.get("instructions", ""))
@@ -259,8 +261,9 @@ class HttpEnv(TextEnv):
                 why = f"{type(error).__name__}: {error}"
             if time.monotonic() + delay > deadline:
                 raise EnvServerError(
-                    f"env server {self.base_url} could not {what} episode {self.episode_id} "
-                    f"in {self.connect_timeout:g} s ({attempts} attempts; last: {why})"
+                    f"no answer from base_url {self.base_url} to {what} of episode "
+                    f"{self.episode_id} within {self.connect_timeout:g} s ({attempts} attempts; "
+                    f"last: {why})"
                 )
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
@@ -270,7 +273,7 @@ class HttpEnv(TextEnv):
             status, data = self._connection.request(method, path, body, self.timeout)
         except (OSError, http.client.HTTPException) as error:
             raise EnvServerError(
-                f"env server {self.base_url} failed during {what} of episode "
+                f"the server at {self.base_url} failed during {what} of episode "
                 f"{self.episode_id}: {type(error).__name__}: {error}"
             ) from error
         return self._decode(status, data, what)
@@ -282,20 +285,20 @@ class HttpEnv(TextEnv):
             answer = None
         if not isinstance(answer, dict):
             raise EnvServerError(
-                f"env server {self.base_url} answered garbage to {what} of episode "
+                f"the server at {self.base_url} answered garbage to {what} of episode "
                 f"{self.episode_id} (status {status}): {data[:200]!r}"
             )
         if status != 200:
             error = answer.get("error") or {}
             raise EnvServerError(
-                f"env server {self.base_url} answered {status} to {what} of episode "
+                f"the server at {self.base_url} answered {status} to {what} of episode "
                 f"{self.episode_id}: {error.get('type', 'error')}: {error.get('message', answer)}"
             )
         return answer
 
     def _garbage(self, what: str, answer: Mapping[str, Any]) -> EnvServerError:
         return EnvServerError(
-            f"env server {self.base_url} answered garbage to {what} of episode "
+            f"the server at {self.base_url} answered garbage to {what} of episode "
             f"{self.episode_id}: {json.dumps(answer, default=str)[:300]}"
         )
 

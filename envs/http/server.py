@@ -109,7 +109,7 @@ class EnvServer:
         if refused:
             raise EnvServerRequestError(
                 400,
-                f"env server of {self.env!r}: a client may not set {refused}; it may set "
+                f"the {self.env!r} server: a client may not set {refused}; it may set "
                 f"{sorted(self.client_kwargs)} (start the server with the others)",
             )
         return make_text_env(self.env, {**self.kwargs, **kwargs})
@@ -139,13 +139,13 @@ class EnvServer:
             return found
         if kwargs is None:
             raise EnvServerRequestError(
-                404, f"env server of {self.env!r} holds no episode {name!r} (restarted?)"
+                404, f"the {self.env!r} server holds no episode {name!r} (restarted?)"
             )
         if len(self.episodes) >= self.max_episodes:
             self._close_idle()
         if len(self.episodes) >= self.max_episodes:
             raise EnvServerRequestError(
-                503, f"env server of {self.env!r} holds {self.max_episodes} episodes already"
+                503, f"the {self.env!r} server holds {self.max_episodes} episodes already"
             )
         env = await asyncio.get_running_loop().run_in_executor(self._pool, self.make, kwargs)
         return self.episodes.setdefault(name, _Episode(env))

@@ -138,7 +138,7 @@ def test_a_full_server_closes_idle_episodes_for_new_ones_and_else_answers_503() 
     with EnvServerThread(EnvServer("sokoban", max_episodes=2, idle_timeout=0.3)) as server:
         first, second = HttpEnv(base_url=server.url), HttpEnv(base_url=server.url)
         second.reset(seed=0)
-        with pytest.raises(EnvServerError, match=r"could not open .*last: it answered 503"):
+        with pytest.raises(EnvServerError, match=r"to open of episode .*last: it answered 503"):
             HttpEnv(base_url=server.url, connect_timeout=0.2)  # both in use
         time.sleep(0.4)
         third = HttpEnv(base_url=server.url)  # the idle ones make room
@@ -151,9 +151,29 @@ def test_a_full_server_closes_idle_episodes_for_new_ones_and_else_answers_503() 
 def test_a_server_that_is_down_fails_within_connect_timeout_naming_it() -> None:
     port = free_port()
     started = time.monotonic()
-    with pytest.raises(EnvServerError, match=rf"127\.0\.0\.1:{port} could not reach .* in 0\.5 s"):
+    with pytest.raises(
+        EnvServerError, match=rf"base_url http://127\.0\.0\.1:{port} to health .* 0\.5 s"
+    ):
         HttpEnv(base_url=f"http://127.0.0.1:{port}", connect_timeout=0.5)
     assert time.monotonic() - started < 3
+
+
+def test_a_run_whose_server_is_unreachable_stops_before_model_work_naming_base_url(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    result = run_python(
+        ["-m", "agentgym.train", "env=http", f"env.kwargs.base_url=http://127.0.0.1:{port}",
+         "env.kwargs.connect_timeout=1", f"model.cache_dir={tmp_path / 'cache'}",
+         f"output_dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.startswith(
+        f"config error: env 'http' rejects its arguments (env.kwargs.base_url="
+        f"'http://127.0.0.1:{port}'): EnvServerError: no answer from base_url"
+    )
+    assert not (tmp_path / "cache").exists()  # no model was built
 
 
 def test_resets_wait_with_backoff_for_a_server_that_is_starting() -> None:
@@ -345,7 +365,7 @@ def test_training_goes_on_past_a_server_killed_mid_step(tmp_path: Path) -> None:
     assert "4 episode(s) ended with env_error (agentgym.envs.http.protocol.EnvServerError)" in (
         train_log
     )
-    assert f"env server http://127.0.0.1:{port} failed during step" in train_log
+    assert f"the server at http://127.0.0.1:{port} failed during step" in train_log
 
 
 def test_the_http_env_benchmark_runs_dry(tmp_path: Path) -> None:
