@@ -148,7 +148,10 @@ class EnvServer:
                 503, f"the {self.env!r} server holds {self.max_episodes} episodes already"
             )
         env = await asyncio.get_running_loop().run_in_executor(self._pool, self.make, kwargs)
-        return self.episodes.setdefault(name, _Episode(env))
+        kept = self.episodes.setdefault(name, _Episode(env))
+        if kept.env is not env:  # two first requests of one id raced: one env is enough
+            env.close()
+        return kept
 
     def _close_idle(self) -> None:
         """Close the envs of episodes idle for ``idle_timeout`` seconds (not mid-call)."""
