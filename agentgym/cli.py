@@ -8,6 +8,7 @@ arguments, as ``python -m`` does (both work)::
     agentgym bench output_dir=outputs/train/<run>
     agentgym play sokoban --seed 3
     agentgym run --config explorer.yaml buffer.batch_size=8
+    agentgym serve-env sokoban --port 8000
 
 A misspelt command gets the closest one (``agentgym trian``: did you mean ``train``?).
 """
@@ -45,6 +46,7 @@ COMMANDS: dict[str, Command] = {
     "play": Command("agentgym.play", "play a text env in the terminal"),
     "plan": Command("agentgym.plan", "search Megatron layouts for a model, devices and batch"),
     "run": Command("agentgym.launch", "run a config file (agentgym's, ROLL's or Trinity-RFT's)"),
+    "serve-env": Command("agentgym.envs.http.serve", "serve an env over HTTP (docs/http_envs.md)"),
 }
 """Every command, in the order ``agentgym --help`` lists them."""
 

@@ -6,6 +6,7 @@ keys, the placement on the cluster, and what only training needs.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -281,6 +282,26 @@ def check_decoupled(config: TrainConfig) -> None:
             raise ConfigError(conflict)
 
 
+TRACKER_MODULES = {"tensorboard": "tensorboard", "wandb": "wandb", "swanlab": "swanlab"}
+"""The module each hosted or file tracker needs (its extra has the same name)."""
+
+
+def check_trackers(config: TrainConfig) -> None:
+    """Each tracker of ``track_with`` is installed, or a config error names its extra."""
+    missing = [
+        name
+        for name in config.track_with
+        if name in TRACKER_MODULES and importlib.util.find_spec(TRACKER_MODULES[name]) is None
+    ]
+    if missing:
+        extras = ",".join(missing)
+        raise ConfigError(
+            f"track_with={list(config.track_with)}: {', '.join(missing)} not installed here; "
+            f"pip install 'agentgym[{extras}]' (or agentgym[trackers] for all three), or "
+            "drop it from track_with"
+        )
+
+
 def check_relations(config: TrainConfig) -> None:
     check_scheduling(config)
     check_decoupled(config)
@@ -312,6 +333,7 @@ def check_relations(config: TrainConfig) -> None:
     if name not in STRATEGY_NAMES:
         check_choice("actor_train.strategy_args.strategy_name", str(name), STRATEGY_NAMES)
     check_lora(config)
+    check_trackers(config)
     backend = config.actor_infer.strategy_args.strategy_name
     check_choice("actor_infer.strategy_args.strategy_name", str(backend), BACKENDS)
     try:

@@ -193,3 +193,22 @@ def echo(text: str, log_file: str | Path | None = None, stream: IO[str] | None =
     if log_file is not None:
         with Path(log_file).open("a", encoding="utf-8") as file:
             file.write(text + "\n")
+
+
+_ANNOUNCED: list[str] = []
+"""This process's :func:`announce` lines, in order (one process is one run)."""
+
+
+def announce(text: str) -> None:
+    """Print ``text``, a line about what this run is (a ROLL or Trinity file's
+    translation notes, the table of what was fitted to this machine, the planner's
+    choice), and keep it for the run folder, which does not exist yet when the config
+    is checked: :func:`~agentgym.builders.run_folder.open_run_folder` writes the kept
+    lines into ``train.log`` and ``meta.json``."""
+    _ANNOUNCED.append(text)
+    echo(text)
+
+
+def announced() -> list[str]:
+    """The lines :func:`announce` printed so far in this process."""
+    return list(_ANNOUNCED)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,16 +82,32 @@ def read_metrics(
     """``{key: [(step, value), ...]}`` for ``keys`` from a ``metrics.jsonl`` file.
 
     A step logged twice (a resumed run) keeps its last value; keys never
-    logged map to an empty list.
+    logged map to an empty list. A line that is not a metrics record (cut short by
+    a kill, or two writers' lines run together) is skipped, and the skipped lines
+    are counted in one line on stderr.
     """
     found: dict[str, dict[float, float]] = {key: {} for key in keys}
-    for line in Path(metrics_file).read_text(encoding="utf-8").splitlines():
+    skipped: list[int] = []
+    lines = Path(metrics_file).read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        record = json.loads(line)
-        for key in keys:
-            if key in record:
-                found[key][float(record["step"])] = float(record[key])
+        try:
+            record = json.loads(line)
+            step = float(record["step"])
+            values = {key: float(record[key]) for key in keys if key in record}
+        except (ValueError, TypeError, KeyError):
+            skipped.append(number)
+            continue
+        for key, value in values.items():
+            found[key][step] = value
+    if skipped:
+        shown = ", ".join(map(str, skipped[:5])) + (", ..." if len(skipped) > 5 else "")
+        print(
+            f"{metrics_file}: skipped {len(skipped)} line(s) that are not metrics records "
+            f"(line {shown})",
+            file=sys.stderr,
+        )
     return {key: sorted(points.items()) for key, points in found.items()}
 
 

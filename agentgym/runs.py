@@ -21,12 +21,13 @@ from agentgym.builders.train import build_train
 from agentgym.console import echo
 from agentgym.errors import ConfigError
 from agentgym.eval import given_keys
-from agentgym.job.explorer import explore
+from agentgym.job.explorer import WeightsTimeoutError, explore
 from agentgym.library_logging import LIBRARY_LOG_FILE, library_logs
 from agentgym.plot import plot_validation, read_metrics
 from agentgym.proxy.serve import serve
 from agentgym.schema import TrainConfig
 from agentgym.trainers.batch_prep import RolloutFailedError
+from agentgym.trainers.checkpoint import latest_checkpoint
 from agentgym.trainers.grpo import train
 from agentgym.trainers.run_state import find_checkpoint
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE, METRICS_FILE
@@ -48,25 +49,35 @@ def run_mode(config: TrainConfig, resolved: dict[str, Any], started: float) -> N
         sys.exit(1)
 
 
-def resume_state(config: TrainConfig) -> dict[str, Any] | None:
-    """The trainer state of the checkpoint a resume will load (None when not resuming).
+def resume_state(config: TrainConfig) -> tuple[bool | str, dict[str, Any] | None]:
+    """What a resume loads: ``resume_from_checkpoint`` as :func:`train` takes it
+    (``auto`` made ``true`` when there is a checkpoint, ``false`` when not: verl's
+    ``resume_mode: auto``, Trinity-RFT's ``continue_from_checkpoint``) and the trainer
+    state of the checkpoint it loads (None when not resuming).
 
     Raises:
-        ConfigError: When resuming and there is no checkpoint, saying what to pass.
+        ConfigError: When ``resume_from_checkpoint`` is true or a path and there is no
+            complete checkpoint there, saying what to pass.
     """
-    if config.resume_from_checkpoint is False:
-        return None
+    resume = config.resume_from_checkpoint
+    if resume == "auto":
+        latest = latest_checkpoint(config.checkpoint_dir)
+        if latest is None or not (latest / "trainer_state.json").is_file():
+            echo(f"resume_from_checkpoint=auto: no checkpoint in {config.checkpoint_dir}; "
+                 "starting afresh")  # fmt: skip
+            return False, None
+        resume = True
+    if resume is False:
+        return False, None
     try:
-        return find_checkpoint(
-            Path(config.output_dir) / "checkpoints", config.resume_from_checkpoint
-        )[1]
+        return resume, find_checkpoint(config.checkpoint_dir, resume)[1]
     except FileNotFoundError as error:
         raise ConfigError(str(error)) from None
 
 
 def run_training(config: TrainConfig, resolved: dict[str, Any], started: float) -> None:
     """``mode: both | train``: build the parts, train, and print the end-of-run summary."""
-    state = resume_state(config)
+    resume, state = resume_state(config)
     output_dir = Path(config.output_dir)
     stopping.describe(
         stopping.Run(
@@ -84,7 +95,7 @@ def run_training(config: TrainConfig, resolved: dict[str, Any], started: float) 
                 resume_run_id=state.get("tracker_run_id") if state else None,
                 resume_step=int(state["step"]) if state else None,
             )
-            train(grpo, parts, resume=config.resume_from_checkpoint)
+            train(grpo, parts, resume=resume)
     except KeyboardInterrupt as interrupt:  # TrainingInterruptedError, or before train()
         sys.exit(stopping.report(interrupt))
     log = output_dir / CONSOLE_LOG_FILE
@@ -129,6 +140,9 @@ def run_explorer(config: TrainConfig, resolved: dict[str, Any], started: float) 
                 done = f"{explore(build_explorer(config, resolved))} batches"
     except KeyboardInterrupt as interrupt:
         sys.exit(stopping.report(interrupt))
+    except WeightsTimeoutError as error:  # the trainer is gone: one line, naming it
+        echo(f"explorer stopped: {error}", log, sys.stderr)
+        sys.exit(1)
     echo(
         f"explorer {config.explorer.name}: {done} in "
         f"{time.perf_counter() - started:.0f} s; output: {output_dir}",

@@ -313,6 +313,16 @@ class TrainConfig(Section):
         return Path(self.checkpoint_root_dir).expanduser() / self.project / name
 
     @property
+    def checkpoint_dir(self) -> Path:
+        """Where the trainer's checkpoints go: ``output_dir/checkpoints``, and for a
+        decoupled job's trainer (``mode: train``) the job folder's ``checkpoints``
+        (Trinity-RFT's ``checkpoint_job_dir``), so that a trainer restarted with the
+        command that started it finds them whatever its run folder."""
+        if self.mode == "train":
+            return self.job_dir / "checkpoints"
+        return Path(self.output_dir) / "checkpoints"
+
+    @property
     def job_name(self) -> str:
         """The job's name among a Ray cluster's jobs: ``project/name``."""
         return f"{self.project}/{self.name or self.exp_name}"

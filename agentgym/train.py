@@ -24,6 +24,7 @@ from agentgym.command_line import (
     own_run_folder,
     register_env_configs,
 )
+from agentgym.console import announce
 from agentgym.errors import ConfigError
 from agentgym.formats.fit import fit_to_machine
 from agentgym.formats.roll import from_roll, interpolated_keys, is_roll_config
@@ -58,20 +59,19 @@ def check(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any]]:
     if is_roll_config(resolved):  # one of ROLL's agentic files (--config-path/--config-name)
         translation = from_roll(resolved, helpers=interpolated_keys(cfg))
         for note in translation.notes:
-            print(f"ROLL config: {note}", flush=True)
+            announce(f"ROLL config: {note}")
         fitting = fit_to_machine(translation.config)  # pure translation, then this machine
         if fitting.changes:
-            print(fitting.table(), flush=True)
+            announce(fitting.table())
         resolved = fitting.config
     if wants_plan(resolved):  # actor_train.strategy_args.strategy_config=auto
         resolved, plans = planned(resolved)
-        print(table(plans, 5), flush=True)
-        print(
+        announce(table(plans, 5))
+        announce(
             "strategy_config=auto: the first row ("
             + ", ".join(f"{k}={v}" for k, v in strategy_block(plans[0]).items())
             + f", micro-batch {plans[0].layout.micro_batch_size}, accumulation "
-            f"{plans[0].gradient_accumulation_steps})",
-            flush=True,
+            f"{plans[0].gradient_accumulation_steps})"
         )
     return validate(resolved), resolved
 
@@ -108,9 +108,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             if trinity is not None:  # one of Trinity-RFT's files: agentgym's arguments
                 arguments, translation = trinity
                 for note in translation.notes:
-                    print(f"Trinity config: {note}", flush=True)
+                    announce(f"Trinity config: {note}")
                 if translation.changes:
-                    print(translation.table(), flush=True)
+                    announce(translation.table())
                 sys.argv[1:] = arguments
             sys.argv[1:] = check_overrides(own_run_folder(sys.argv[1:]))
         _hydra_main()

@@ -53,6 +53,9 @@ class Turn:
         finish_reason: ``"stop"`` (end-of-turn or stop token) or ``"length"``.
         reward: The env's reward for this turn.
         action_is_valid: Whether the env could parse the response.
+        action_is_effective: Whether the turn changed the env's state (a valid move
+            into a wall changes nothing), as the env's ``info["action_is_effective"]``
+            says (ROLL's and RAGEN's key); None when the env does not say.
         actions: The actions the env played.
         observation: The observation text the response answered.
         policy_version: The weights version that generated the response (with
@@ -69,6 +72,7 @@ class Turn:
     finish_reason: str
     reward: float = 0.0
     action_is_valid: bool = True
+    action_is_effective: bool | None = None
     actions: list[str] = field(default_factory=list)
     observation: str = ""
     policy_version: int = 0
@@ -122,6 +126,8 @@ class Trajectory:
     prefix_drift: str | None = None
     retokenized: bool = False
     unreported_info: int = 0
+    final_observation: str = ""
+    """The observation the last turn's action led to (what the episode ended on)."""
 
     @property
     def failed(self) -> bool:

@@ -54,4 +54,9 @@ register(
     "agentgym.envs.math_workflow:MathWorkflowEnv",
     id="agentgym/MathWorkflow-v0",
 )
+register(
+    "http",
+    "agentgym.envs.http.client:HttpEnv",
+    id="agentgym/Http-v0",
+)
 discover_plugins()

@@ -298,14 +298,16 @@ class TextEnv(gymnasium.Env[str, str], ABC):
 
         Returns:
             ``(observation, reward, terminated, truncated, info)``; ``info`` has
-            ``action_is_valid``, ``success``, ``actions`` (the parsed action
+            ``action_is_valid``, ``action_is_effective`` (valid, and the state's text
+            changed: a move into a wall is valid, not effective), ``success``,
+            ``actions`` (the parsed action
             names that were played), ``parse_error`` (None when valid), the
             turn's own info (:attr:`TurnResult.info`, e.g. ``tool_results``)
             and the env's :meth:`_info`.
         """
         if self._done:
             raise RuntimeError("step() called on a finished episode; call reset() first")
-        steps_before = self.num_steps
+        steps_before, state_before = self.num_steps, self._observation()
         turn = self._play(self._parse(action))
         # The default _play counts steps as it goes (so _apply sees the count);
         # whatever a _play did to num_steps, the turn's steps are what count.
@@ -314,13 +316,15 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         truncated = not turn.terminated and (turn.truncated or self.num_steps >= self.max_steps)
         self._done = turn.terminated or truncated
         info: dict[str, Any] = {"parse_error": turn.error, **turn.info}
+        observation = self._observation()
         info.update(
             self._info(),
             action_is_valid=turn.valid,
+            action_is_effective=turn.valid and observation != state_before,
             actions=list(turn.actions),
             success=self._success(),
         )
-        return self._observation(), float(reward), turn.terminated, truncated, info
+        return observation, float(reward), turn.terminated, truncated, info
 
     def render(self) -> Any:
         """Render the current state: text for ``"ansi"``, an RGB array for ``"rgb_array"``."""

@@ -400,6 +400,8 @@ class EpisodeRunner:
             terminated, truncated = outcome.terminated, outcome.truncated
             turn.reward = float(outcome.reward)
             turn.action_is_valid = bool(info["action_is_valid"])  # the env contract
+            turn.action_is_effective = info.get("action_is_effective")
+            trajectory.final_observation = observation
             trajectory.unreported_info += bool(info.get("unreported_info"))
             turn.actions = list(info.get("actions", []))
             trajectory.score += turn.reward

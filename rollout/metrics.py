@@ -9,7 +9,7 @@ from agentgym.trajectory import TRUNCATION_REASONS, Trajectory
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Success, score, turns, invalid-action, truncation and failure rates.
+    """Success, score, turns, invalid- and effective-action, truncation and failure rates.
 
     Keys are ``"{tag}/{metric}"`` for each tag and ``"all/{metric}"`` for the batch.
     Failed trajectories (env or generation error) count in ``failed`` only.
@@ -40,6 +40,11 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
             metrics[prefix + "invalid_action_rate"] = sum(
                 not turn.action_is_valid for turn in turns
             ) / len(turns)
+            said = [
+                turn.action_is_effective for turn in turns if turn.action_is_effective is not None
+            ]
+            if said:  # ROLL's action_is_effective, as a rate over the turns whose env says
+                metrics[prefix + "effective_action_rate"] = sum(said) / len(said)
             metrics[prefix + "unreported_info_rate"] = sum(t.unreported_info for t in played) / len(
                 turns
             )

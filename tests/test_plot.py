@@ -58,6 +58,26 @@ def test_read_metrics_keeps_the_last_value_of_a_step(tmp_path: Path) -> None:
     }
 
 
+def test_read_metrics_skips_and_counts_lines_that_are_not_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(
+        '{"step": 1, "val/all/success": 0.25}\n'
+        '{"step": 2, "val/all/success": 0.5}{"step": 2, "val/all/suc\n'  # two writers' lines
+        '{"step": 3, "val/all/success": "n/a"}\n'  # not a number
+        '{"val/all/success": 0.9}\n'  # no step
+        '{"step": 4, "val/all/success": 0.75}\n'
+        '{"step": 5, "val/all/succ'  # cut short by a kill
+    )
+    assert read_metrics(path, ["val/all/success"]) == {
+        "val/all/success": [(1.0, 0.25), (4.0, 0.75)]
+    }
+    assert "skipped 4 line(s) that are not metrics records (line 2, 3, 4, 6)" in (
+        capsys.readouterr().err
+    )
+
+
 def colors(png: Path) -> set[tuple[int, ...]]:
     pixels = np.asarray(Image.open(png).convert("RGB")).reshape(-1, 3)
     return {tuple(color) for color in np.unique(pixels, axis=0).tolist()}

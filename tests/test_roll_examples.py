@@ -19,7 +19,10 @@ off (the random tiny model scores a group alike, which would leave no sample to
 update on). Generation runs on the transformers
 backend (``actor_infer.strategy_args.strategy_name=hf``): vLLM's start on a CPU would
 double each run (59 s against 26 s on the 2-core machine); what the files ask of vLLM
-(a strategy_config) is read by the schema either way.
+(a strategy_config) is read by the schema either way. A file whose env plays on a server
+(:data:`SERVED`: ROLL's ``sokoban_sandbox``, whose ``env_config.base_url`` is ROLL's ROCK
+service) gets one more override: ``base_url`` pointed at an agentgym env server of
+``sokoban`` that the test starts (docs/http_envs.md).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from agentgym.choices import ROLL_PG_VARIANTS
+from agentgym.envs.http.server import EnvServer, EnvServerThread, env_config_kwargs
 from agentgym.errors import ConfigError
 from agentgym.formats.roll import Translation, from_roll, interpolated_keys
 from agentgym.formats.roll_training import PG_VARIANT_KEYS
@@ -76,12 +80,10 @@ EXPECTED: dict[str, str | None] = {
     A + "agentic_val_sokoban_lora.yaml": TRAINS,
     A + "agentic_val_sokoban_agent_runner.yaml": TRAINS,  # through the proxy (agent=proxy)
     A + "agentic_sokoban_rollout_mock_dump.yaml": TRAINS,  # each step's batch dumped
+    A + "agentic_val_sokoban_sandbox.yaml": TRAINS,  # on an env server (SERVED)
+    D + "agent_val_sokoban_sandbox.yaml": TRAINS,  # on an env server (SERVED)
     # ROLL's own envs and tools
     A + "agentic_val_sokoban_native.yaml": TRAINS,  # agent=native, step_reinforce
-    A + "agentic_val_sokoban_sandbox.yaml": (
-        "custom_envs.SokobanSandbox.env_type='sokoban_sandbox' has no agentgym env; known: "
-        "['frozen_lake', 'sokoban', 'sokoban_native_env', 'webshop']. Did you mean 'sokoban'?"
-    ),
     A + "agentic_rollout_sokoban.yaml": (
         "this ROLL file has no actor_train: it configures ROLL's rollout pipeline "
         "(examples/start_agentic_rollout_pipeline.py), which plays and dumps episodes and "
@@ -107,6 +109,12 @@ EXPECTED: dict[str, str | None] = {
     ),
 }
 """Each file → None (trains 2 steps) or the exact error it stops with today."""
+
+SERVED = {
+    A + "agentic_val_sokoban_sandbox.yaml": "SokobanSandbox",
+    D + "agent_val_sokoban_sandbox.yaml": "SokobanSandbox",
+}
+"""Files whose env plays on an env server → their tag: the test starts the server."""
 
 
 def composed(name: str, overrides: list[str] | None = None) -> DictConfig:
@@ -159,11 +167,8 @@ def shrink(cfg: DictConfig, out: Path, model: Path) -> list[str]:
 
 
 def test_the_table_holds_every_copied_file() -> None:
-    copied = {
-        str(p.relative_to(EXAMPLES))
-        for pattern in ("qwen*/*.yaml", "agentic_demo/*.yaml")
-        for p in EXAMPLES.glob(pattern)
-    }
+    files = [*EXAMPLES.glob("qwen*/*.yaml"), *EXAMPLES.glob(D + "*.yaml")]
+    copied = {str(p.relative_to(EXAMPLES)) for p in files}
     assert copied == set(EXPECTED)
     for path in EXAMPLES.rglob("*.yaml"):
         source, license_line = path.read_text().splitlines()[:2]
@@ -209,7 +214,10 @@ def trained(
         name: shrink(composed(name), root / f"{i}" / "run", tiny_model_dir)
         for i, name in enumerate(TRAINING)
     }
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    server = EnvServerThread(EnvServer("sokoban", env_config_kwargs("sokoban")))
+    for name, tag in SERVED.items():
+        overrides[name].append(f"++custom_envs.{tag}.env_config.base_url={server.url}")
+    with server, ThreadPoolExecutor(max_workers=2) as pool:
         futures = {
             name: pool.submit(train_file, name, root / f"{i}", overrides[name])
             for i, name in enumerate(TRAINING)
@@ -225,11 +233,21 @@ def test_a_file_trains_two_steps(name: str, trained: dict[str, tuple[Path, str |
     lines = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").open()]
     assert {line["step"] for line in lines if "train/all/trajectories" in line} == {1, 2}
     assert [line["step"] for line in lines if "actor/loss" in line] == [1, 2]  # both updated
+    # the run folder records what ran: the translation's notes and the fitting table
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["backend"] == "hf" and meta["engine"].startswith("transformers ")
+    assert any(note.startswith("ROLL config: ") for note in meta["notes"])
+    assert any(note.startswith("machine fitting") for note in meta["notes"]), meta["notes"]
+    log = (out / "train.log").read_text()
+    assert all(note in log for note in meta["notes"]) and "== resolved config ==" in log
     if "rollout_mock_dump" in name:  # its dump_dir, relative to where it ran
         dump = out.parent / "output" / "rollout_dumps" / "baseline_v1"
         assert sorted(p.name for p in dump.glob("step_*.pkl")) == [
             "step_000001.pkl", "step_000002.pkl",
         ]  # fmt: skip
+    if name in SERVED:  # played on the server, none failed
+        played = [line for line in lines if f"train/{SERVED[name]}/failed" in line]
+        assert [line[f"train/{SERVED[name]}/failed"] for line in played] == [0.0, 0.0]
     proxied = [line for line in lines if "train/proxy/requests" in line]
     assert bool(proxied) == ("agent_runner" in name)  # ProxyEnvManager: through the proxy
     assert all(line["train/proxy/requests"] >= 1 for line in proxied)

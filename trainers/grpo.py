@@ -194,4 +194,4 @@ def evaluate_step(
     parts.tracker.log(metrics, step)
     if parts.render_dir is not None and config.schedule.val_renders:
         picked = pick_renders(played.result.trajectories, config.schedule.val_renders)
-        render_trajectories(picked, parts.render_dir, step)
+        render_trajectories(picked, parts.render_dir, step, played=played.result.trajectories)

@@ -163,7 +163,7 @@ def import_wandb() -> Any:
         import wandb
     except ImportError as error:
         raise ImportError(
-            "track_with=wandb needs Weights & Biases: pip install wandb "
+            "track_with=wandb needs Weights & Biases: pip install 'agentgym[wandb]' "
             "(or drop wandb from track_with)"
         ) from error
     return wandb
@@ -175,7 +175,7 @@ def import_swanlab() -> Any:
         import swanlab  # type: ignore[import-untyped]
     except ImportError as error:
         raise ImportError(
-            "track_with=swanlab needs SwanLab: pip install swanlab (in agentgym's dev "
-            "extra), or drop swanlab from track_with"
+            "track_with=swanlab needs SwanLab: pip install 'agentgym[swanlab]', or drop "
+            "swanlab from track_with"
         ) from error
     return swanlab

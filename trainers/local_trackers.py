@@ -124,7 +124,7 @@ class TensorBoardTracker:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as error:
             raise ImportError(
-                "track_with=tensorboard needs TensorBoard: pip install tensorboard"
+                "track_with=tensorboard needs TensorBoard: pip install 'agentgym[tensorboard]'"
             ) from error
         self.run_id: str | None = None
         self.log_dir = Path(log_dir)

@@ -119,7 +119,10 @@ def _explorer_floor(
         made = rollouts(backend, chat, workers)
         closers[:0] = [r.manager.close for r in made if r is not None]
         tracker = open_run_folder(
-            config, resolved, exp_name=f"{config.exp_name}-{config.explorer.name}"
+            config,
+            resolved,
+            meta={"model": str(path)},
+            exp_name=f"{config.exp_name}-{config.explorer.name}",
         )
         closers.insert(0, tracker.close)
     except BaseException:

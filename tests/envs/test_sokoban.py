@@ -200,8 +200,11 @@ def test_box_pushed_off_target_costs_one() -> None:
 def test_blocked_moves_leave_the_room_unchanged() -> None:
     wall = "#####\n#PX_#\n#_O_#\n#####"
     env = make_env(wall)
-    obs, reward, *_ = env.step(answer("Up"))
+    obs, reward, *_, info = env.step(answer("Up"))
     assert obs == wall and reward == pytest.approx(-0.1)
+    assert info["action_is_valid"] and not info["action_is_effective"]  # ROLL's: not moved
+    *_, info = env.step(answer("Down"))
+    assert info["action_is_effective"]
     two_boxes = "######\n#PXX_#\n#_OO_#\n######"
     env = make_env(two_boxes)
     obs, *_ = env.step(answer("Right"))

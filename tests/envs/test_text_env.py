@@ -53,9 +53,11 @@ def test_info_keys_are_the_same_after_valid_and_invalid_turns() -> None:
     assert (
         set(valid)
         == set(invalid)
-        == {"parse_error", "value", "action_is_valid", "actions", "success"}
+        == {"parse_error", "value", "action_is_valid", "action_is_effective", "actions", "success"}
     )
     assert invalid["value"] == 1 and reward == pytest.approx(-0.1)
+    # effective: the state changed (valid and moved), not merely parsed
+    assert valid["action_is_effective"] and not invalid["action_is_effective"]
 
 
 def test_multi_action_turn_sums_rewards_and_stops_at_the_end() -> None:

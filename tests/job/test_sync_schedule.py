@@ -19,7 +19,7 @@ import torch
 from agentgym.errors import ConfigError
 from agentgym.job.buffer import ExperienceBuffer
 from agentgym.job.buffer_source import BufferSource
-from agentgym.job.explorer import ExplorerSession
+from agentgym.job.explorer import ExplorerSession, WeightsTimeoutError
 from agentgym.job.published_weights import FolderChannel, WeightPublisher
 from agentgym.job.schedule import SyncSchedule
 from agentgym.schema import validate
@@ -209,7 +209,41 @@ def explorer(root: Path, buffer: ExperienceBuffer, schedule: SyncSchedule) -> An
         weights=FolderChannel(root),
         train=SimpleNamespace(backend=Engine()),
         schedule=schedule,
+        sync_timeout=60.0,
+        job_dir=root,
     )
+
+
+def test_an_older_version_is_loaded_the_trainer_restarted_from_it(tmp_path: Path) -> None:
+    publisher = WeightPublisher(FolderChannel(tmp_path), groups_per_step=1)
+    publisher.publish(0, {"w": torch.zeros(1)}.items())
+    publisher.publish(1, {"w": torch.ones(1)}.items())
+    parts = explorer(tmp_path, ExperienceBuffer(tmp_path / "buffer.sqlite"), SyncSchedule())
+    loop = asyncio.new_event_loop()
+    session = ExplorerSession(parts, loop, log=lambda line: None)
+    held = parts.weights.latest()
+    assert held is not None and session.load_newer(held) is held  # the same: not reloaded
+    restarted = WeightPublisher(FolderChannel(tmp_path), groups_per_step=1)  # afresh
+    restarted.publish(0, {"w": torch.full((1,), 2.0)}.items())
+    loaded = session.load_newer(held)
+    assert loaded.version == 0 and parts.train.backend.loaded == [2.0]
+    loop.close()
+
+
+def test_a_fixed_wait_for_a_trainer_that_is_gone_gives_up_naming_it(tmp_path: Path) -> None:
+    channel = FolderChannel(tmp_path)
+    WeightPublisher(channel, groups_per_step=1).publish(0, {"w": torch.zeros(1)}.items())
+    buffer = ExperienceBuffer(tmp_path / "buffer.sqlite")
+    buffer.join("e")
+    put(buffer, "e", [group(0)])  # the trainer has the groups for version 1, makes none
+    parts = explorer(tmp_path, buffer, SyncSchedule())
+    parts.sync_timeout = 0.3
+    loaded = channel.latest()
+    assert loaded is not None
+    loop = asyncio.new_event_loop()
+    with pytest.raises(WeightsTimeoutError, match=r"published no version after 0 in .* for 0 s"):
+        ExplorerSession(parts, loop, log=lambda line: None).sync(loaded)
+    loop.close()
 
 
 def test_fixed_waits_for_the_next_version_when_the_trainer_has_its_groups(

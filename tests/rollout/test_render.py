@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +147,39 @@ def test_the_index_groups_by_step_in_numeric_order_and_marks_pass_and_fail(
 def test_the_transcript_marks_pass_or_fail() -> None:
     assert "<span class='mark pass'>✓ pass</span> sokoban" in transcript_html(episode(success=True))
     assert "<span class='mark fail'>✗ fail</span> sokoban" in transcript_html(episode())
+
+
+def test_a_steps_index_shows_its_whole_validations_success_beside_the_shown_episodes(
+    tmp_path: Path,
+) -> None:
+    played = [episode(group_id=i, success=i < 3, score=1.0 if i < 3 else 0.0) for i in range(8)]
+    played.append(replace(episode(group_id=9), termination_reason="env_error"))  # not counted
+    render_trajectories(pick_renders(played, 2), tmp_path, step=4, played=played)
+    index = (tmp_path / "index.html").read_text()
+    assert [title for title, _ in sections(index)] == [
+        "Step 4 · validation 37.5% of 8 · shown: 2 of 2 passed"
+    ]
+
+
+def test_a_transcript_tells_valid_from_moved_and_ends_on_the_final_observation() -> None:
+    moved = replace(episode().turns[0], action_is_effective=True)
+    wall = replace(moved, action_is_effective=False, reward=-0.1)
+    garbled = replace(moved, action_is_valid=False, actions=[])
+    played = replace(
+        episode(score=0.8),
+        turns=[moved, wall, garbled],
+        final_observation="#_P#",
+        termination_reason="max_turns",
+    )
+    page = transcript_html(played)
+    assert re.findall(r"</b> · (.*?) · reward", page) == [
+        "valid · moved",
+        "valid · did not move",
+        "INVALID",
+    ]
+    end = page[page.index("<h3>End</h3>") :]
+    assert "<pre class=obs>#_P#</pre>" in end
+    assert "final reward -0.400 · score 0.800 · not solved · ended by max_turns" in end
 
 
 def test_pick_renders_takes_some_of_every_tag() -> None:

@@ -506,8 +506,8 @@ def test_composite_fans_out_and_closes_everything_even_after_a_failure():
 @pytest.mark.parametrize(
     ("kind", "module", "message"),
     [
-        ("wandb", "wandb", "pip install wandb"),
-        ("tensorboard", "torch.utils.tensorboard", "pip install tensorboard"),
+        ("wandb", "wandb", r"pip install 'agentgym\[wandb\]'"),
+        ("tensorboard", "torch.utils.tensorboard", r"pip install 'agentgym\[tensorboard\]'"),
     ],
 )
 def test_a_missing_backend_names_what_to_install(tmp_path, monkeypatch, kind, module, message):

@@ -86,7 +86,14 @@ def test_train_with_hf_writes_metrics_checkpoints_and_renders(tmp_path: Path, ca
     sokoban = {"id": "agentgym/Sokoban-v0", "generator_version": 1, "plugin": None}
     first = json.loads((output / "logs" / "metrics.jsonl").read_text().splitlines()[0])
     assert first == {"step": 0, "run": {"envs": {"sokoban": sokoban}}}
-    assert json.loads((output / "meta.json").read_text())["envs"] == {"sokoban": sokoban}
+    meta = json.loads((output / "meta.json").read_text())
+    assert meta["envs"] == {"sokoban": sokoban}
+    # what ran, in meta.json and train.log: the backend and its engine, the config
+    assert (meta["mode"], meta["backend"], meta["strategy"]) == ("both", "hf", "torch")
+    assert meta["engine"].startswith("transformers ") and meta["config"]["max_steps"] == 4
+    log = (output / "train.log").read_text()
+    assert "backend: hf" in log and f"engine: {meta['engine']}" in log
+    assert "== resolved config ==" in log and "max_steps: 4" in log
     assert all(row["actor/grad_norm"] > 0 for row in steps.values())
     assert (output / "checkpoints" / "latest").read_text().strip() == "checkpoint-4"
     assert (output / "checkpoints" / "checkpoint-4" / "model" / "config.json").is_file()
