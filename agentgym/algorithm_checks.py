@@ -45,13 +45,14 @@ def check_algorithm(config: TrainConfig) -> None:
             f"reward_normalization.method={method!r}: set reward_normalization.method=identity "
             "(docs/rewards.md: how the reward keys compose)"
         )
-    if config.whiten_rewards and config.adv_estimator in ("grpo", "opmd"):
+    if config.whiten_rewards and config.adv_estimator in ("grpo", "opmd", "step_reinforce"):
         raise ConfigError(
             f"whiten_rewards whitens the token-level rewards, which adv_estimator="
             f"{config.adv_estimator} does not read (it spreads the normalized score): use "
             "adv_estimator=reinforce or gae, or whiten_advantages"
         )
     check_opmd(config)
+    check_step_reinforce(config)
     if config.use_topr_loss and not config.sft_loss_coef:
         raise ConfigError(
             "use_topr_loss adds TOPR's tapered term for negative samples to the sft_loss_coef "
@@ -73,6 +74,24 @@ def check_algorithm(config: TrainConfig) -> None:
     if gae:
         name = config.critic.strategy_args.strategy_name or "torch"
         check_choice("critic.strategy_args.strategy_name", name, CRITIC_STRATEGY_NAMES)
+
+
+def check_step_reinforce(config: TrainConfig) -> None:
+    """``adv_estimator=step_reinforce`` (ROLL's) trains one sample per step, judged by
+    its discounted return: it needs ``rollout_mode=step`` and ``step_score=return``, and
+    no GiGPO step term beside it (ROLL adds that term only for ``gigpo``)."""
+    if config.adv_estimator != "step_reinforce":
+        return
+    wanted = {"rollout_mode": "step", "step_score": "return", "step_advantage_weight": 0.0}
+    wrong = {key: getattr(config, key) for key, value in wanted.items()}
+    wrong = {key: value for key, value in wrong.items() if value != wanted[key]}
+    if wrong:
+        given = ", ".join(f"{key}={value!r}" for key, value in wrong.items())
+        fix = " ".join(f"{key}={wanted[key]}" for key in wrong)
+        raise ConfigError(
+            "adv_estimator=step_reinforce trains one sample per step, judged by its "
+            f"discounted return (step_gamma), with no GiGPO step term; {given}: set {fix}"
+        )
 
 
 def check_opmd(config: TrainConfig) -> None:

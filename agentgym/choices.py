@@ -13,12 +13,16 @@ from agentgym.errors import check_choice
 SAMPLE_MODES = ("trajectory", "step")
 """``rollout_mode``: one sample per episode with the full history, or one per turn."""
 
-AGENT_KINDS = ("env", "proxy")
-"""``agent.kind``: who plays the episodes: the env manager's own loop, or an agent
-through the OpenAI-compatible proxy (:mod:`agentgym.proxy`)."""
+AGENT_KINDS = ("env", "proxy", "native")
+"""``agent.kind``: who plays the episodes: the env manager's own loop, an agent
+through the OpenAI-compatible proxy (:mod:`agentgym.proxy`), or the env itself, which
+owns the conversation and hands the model each prompt (``native``, ROLL's
+``AgentNativeStepEnvManager``: :mod:`agentgym.proxy.native`)."""
 
-STEP_SCORES = ("turn", "episode")
-"""What a ``step``-mode sample is judged by: its turn's reward, or its episode's score."""
+STEP_SCORES = ("turn", "episode", "return")
+"""What a ``step``-mode sample is judged by: its turn's reward, its episode's score, or
+its discounted return from its turn to the episode's end (``step_gamma``; ROLL's
+``step_reinforce``)."""
 
 GROUPINGS = ("state", "batch", "inductive")
 """``reward_normalization.grouping``: samples of the same GRPO group (same env and
@@ -28,9 +32,14 @@ NORMALIZATIONS = ("identity", "mean", "mean_std", "asym_clip")
 """``reward_normalization.method``: the score; minus the group mean; (score - mean) /
 (unbiased std + 1e-6); mean_std clamped to [-1, 3]."""
 
-ADVANTAGE_ESTIMATORS = ("grpo", "reinforce", "gae", "opmd")
+ADVANTAGE_ESTIMATORS = ("grpo", "reinforce", "gae", "opmd", "step_reinforce")
 """``adv_estimator``: the built-in estimators (``gae`` with the critic; ``opmd``:
-Trinity-RFT's OPMD, the score minus its group's ``opmd_baseline``)."""
+Trinity-RFT's OPMD, the score minus its group's ``opmd_baseline``; ``step_reinforce``:
+ROLL's, each step sample judged by its normalized discounted return)."""
+
+NORM_SCOPES = ("group", "batch")
+"""``reward_normalization.norm_mean_type`` / ``norm_std_type`` (ROLL's): take the mean
+(or the std) over the sample's group, or over the whole batch."""
 
 OPMD_BASELINES = ("mean", "logavgexp")
 """``opmd_baseline``: the group's mean score, or ``tau * log(mean(exp(score / tau)))``

@@ -23,6 +23,7 @@ from agentgym.choices import (
     AGENT_KINDS,
     GROUPINGS,
     LR_SCHEDULER_TYPES,
+    NORM_SCOPES,
     NORMALIZATIONS,
     WEIGHT_TYPES,
 )
@@ -273,6 +274,9 @@ class EnvManagerSection(Section):
 class RewardNormalization(Section):
     grouping: Choice("reward_normalization.grouping", GROUPINGS) = "state"  # type: ignore[valid-type]
     method: Choice("reward_normalization.method", NORMALIZATIONS) = "mean_std"  # type: ignore[valid-type]
+    # ROLL's: either set, the two decide (each unset one derived from method, as ROLL)
+    norm_mean_type: Choice("reward_normalization.norm_mean_type", NORM_SCOPES) | None = None  # type: ignore[valid-type]
+    norm_std_type: Choice("reward_normalization.norm_std_type", NORM_SCOPES) | None = None  # type: ignore[valid-type]
 
 
 class TrainInferISWeight(Section):
@@ -317,12 +321,14 @@ class Validation(Section):
 
 
 class Agent(Section):
-    """``agent``: who plays the episodes (``agent=env`` or ``agent=proxy``).
+    """``agent``: who plays the episodes (``agent=env``, ``agent=proxy`` or ``agent=native``).
 
-    ``env`` is the env manager's own loop. ``proxy`` hands each episode to an agent
-    runner that plays through the OpenAI-compatible proxy, which records the policy's
-    tokens exactly (docs/agents.md): ``runner`` is ``env`` (the built-in runner that
-    plays the registered env) or an import path ``package.module:Class``.
+    ``env`` is the env manager's own loop. ``native`` lets an env that owns its
+    conversation hand the model each prompt (docs/native_envs.md). ``proxy`` hands each
+    episode to an agent runner that plays through the OpenAI-compatible proxy, which
+    records the policy's tokens exactly (docs/agents.md): ``runner`` is ``env`` (the
+    built-in runner that plays the registered env) or an import path
+    ``package.module:Class``.
 
     ``mode: serve`` serves agents started by someone else on ``host:port`` (Trinity-RFT's
     ``explorer.listen_address`` and ``proxy_port``); they send ``api_key`` (unset: a

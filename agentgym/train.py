@@ -28,6 +28,7 @@ from agentgym.console import announce
 from agentgym.errors import ConfigError
 from agentgym.formats.fit import fit_to_machine
 from agentgym.formats.roll import from_roll, interpolated_keys, is_roll_config
+from agentgym.formats.roll_native import refuse_service_envs
 from agentgym.formats.trinity import trinity_arguments
 from agentgym.plan.auto import planned, strategy_block, wants_plan
 from agentgym.plan.command import table
@@ -40,6 +41,8 @@ def check(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any]]:
     Raises:
         ConfigError: On the first invalid key or value.
     """
+    if is_roll_config(cfg):  # a service ROLL's file needs is named before anything resolves
+        refuse_service_envs(cfg)
     missing = sorted(OmegaConf.missing_keys(cfg))
     if "env.name" in missing:  # env=gymnasium names no env by itself
         raise ConfigError(

@@ -167,8 +167,9 @@ class Trajectory:
 
         Args:
             step_score: ``step`` mode: each sample's score is its turn's reward
-                (``"turn"``) or the episode's score (``"episode"``, so that every
-                turn of a good episode is credited, as in trajectory-level GRPO).
+                (``"turn"``), the episode's score (``"episode"``, so that every
+                turn of a good episode is credited, as in trajectory-level GRPO), or
+                its ``step_return`` (``"return"``, ROLL's ``step_reinforce``).
             step_gamma: Discount over turns of each sample's ``step_return``
                 (the return from its turn to the end of the episode).
         """
@@ -180,13 +181,13 @@ class Trajectory:
             following = self.turns[i].reward + step_gamma * following
             returns[i] = following
         if self.mode == "step":
+            scores = {
+                "turn": [turn.reward for turn in self.turns],
+                "episode": [self.score] * len(self.turns),
+                "return": returns,
+            }[step_score]
             return [
-                _sample(
-                    self,
-                    [turn],
-                    reward=self.score if step_score == "episode" else turn.reward,
-                    step_return=returns[i],
-                )
+                _sample(self, [turn], reward=scores[i], step_return=returns[i])
                 for i, turn in enumerate(self.turns)
             ]
         starts = [i for i, turn in enumerate(self.turns) if i == 0 or turn.starts_sample]

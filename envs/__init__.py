@@ -15,6 +15,11 @@ register(
     id="agentgym/Sokoban-v0",
 )
 register(
+    "sokoban_native",
+    "agentgym.envs.sokoban.native:SokobanNativeEnv",
+    id="agentgym/SokobanNative-v0",
+)
+register(
     "frozen_lake",
     "agentgym.envs.frozen_lake:FrozenLakeEnv",
     id="agentgym/FrozenLake-v0",

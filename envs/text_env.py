@@ -57,6 +57,11 @@ MAX_TEXT_LENGTH = 1 << 16
 REQUIRED_INFO = ("action_is_valid", "success")
 """Keys every ``reset`` and ``step`` info of an agentgym env carries."""
 
+CONVERSATION_KEY = "messages"
+"""The info key under which an agent-native env hands the model its next prompt: the
+whole conversation as chat messages, the env's own (``agent.kind=native``,
+:class:`~agentgym.proxy.native.NativePlayer`)."""
+
 _T = TypeVar("_T")
 
 

@@ -6,7 +6,9 @@ commit and license line on top (ROLL's ``examples/qwen2.5-0.5B-agentic/``,
 ``examples/qwen2.5-7B-agentic_megatron/`` and the ``config/*.yaml`` their
 ``defaults:`` include, in ROLL's layout so that ``../config/...`` resolves). ROLL's
 ``qwen2.5-0.5B-agentic/agentic_val_webshop.yaml`` is empty (0 bytes) at that commit:
-there is nothing to run, so it is not copied.
+there is nothing to run, so it is not copied. ``examples/agentic_demo/`` is copied too;
+its Atropos file includes ``config/deepspeed_zero2.yaml``, which ROLL removed (7f9d4d38)
+and which is copied from the commit before, so that the file composes as it did.
 
 The rule (:func:`shrink`) changes only the model path, the log folders and the batch
 sizes, and shrinks the shapes for a CPU: one env group of 2 per train tag, one of the
@@ -50,6 +52,17 @@ A = "qwen2.5-0.5B-agentic/"
 M = "qwen2.5-7B-agentic_megatron/"
 D = "agentic_demo/"
 TRAINS = None
+TOOL_ENVS = (
+    "agentgym's tool envs (env=mcp_tools: the tools of an MCP server you start; env=sql, "
+    "env=math_tool: commands in agentgym's sandbox), or your env as an agentgym env "
+    "(CONTRIBUTING.md); agent-native envs: env=sokoban_native agent=native "
+    "(docs/native_envs.md)"
+)
+ROCK = (
+    "custom_envs.{tag}.env_type='rock_tb_native_env' needs ROLL's ROCK sandbox service (a "
+    "ROCK server at env_config.sandbox_base_url running SWE-bench / terminal-bench containers "
+    "and the iflow CLI agent), which agentgym neither runs nor speaks. Use " + TOOL_ENVS
+)
 EXPECTED: dict[str, str | None] = {
     A + "agent_val_frozen_lake.yaml": TRAINS,
     A + "agent_val_frozen_lake_amd.yaml": TRAINS,
@@ -70,16 +83,29 @@ EXPECTED: dict[str, str | None] = {
     A + "agentic_val_sokoban_sandbox.yaml": TRAINS,  # on an env server (SERVED)
     D + "agent_val_sokoban_sandbox.yaml": TRAINS,  # on an env server (SERVED)
     # ROLL's own envs and tools
-    A + "agentic_val_sokoban_native.yaml": (
-        "custom_envs.SokobanNativeEnv.env_type='sokoban_native_env' has no agentgym env; "
-        "known: ['frozen_lake', 'sokoban', 'sokoban_sandbox', 'webshop']. Did you mean "
-        "'sokoban_sandbox'?"
-    ),
+    A + "agentic_val_sokoban_native.yaml": TRAINS,  # agent=native, step_reinforce
     A + "agentic_rollout_sokoban.yaml": (
         "this ROLL file has no actor_train: it configures ROLL's rollout pipeline "
         "(examples/start_agentic_rollout_pipeline.py), which plays and dumps episodes and "
         "trains nothing. Here that is python -m agentgym.eval env=<env> model.path=<model> "
         "rollout_dump_dir=<dir> (agentgym's keys)"
+    ),
+    # ROLL's agentic demos: frozen lake on one node and on two (fitted to this machine)
+    D + "agent_val_frozen_lake_single_node_demo.yaml": TRAINS,
+    D + "agent_val_frozen_lake_multi_nodes_demo.yaml": TRAINS,
+    D + "agent_rollout_rock_swe.yaml": ROCK.format(tag="swebench_native_verified"),
+    D + "agent_val_rock_swe.yaml": ROCK.format(tag="RockTBNativeEnvTrain"),
+    D + "agent_val_rock_swe_qwen35_2b.yaml": ROCK.format(tag="RockTBNativeEnvTrain"),
+    D + "atropos_gsm8k_grpo_qwen25_0.5b.yaml": (
+        "custom_envs.AtroposGSM8KTrain.env_type='atropos_env' needs an Atropos environment "
+        "server (NousResearch's atropos, env_config.atropos_env_path served by its API), which "
+        "agentgym neither runs nor speaks. For GSM8K-style math use env=math_workflow (task "
+        "sets from local JSONL or Parquet) or env=math_tool"
+    ),
+    D + "openreward_endless_terminals_reinforce_qwen35_2b.yaml": (
+        "custom_envs.OpenRewardEndlessTerminalsTrain.env_type='openreward_env' needs the "
+        "OpenReward environment service (env_config.environment_name, reached over the "
+        f"network), which agentgym neither runs nor speaks. Use {TOOL_ENVS}"
     ),
 }
 """Each file → None (trains 2 steps) or the exact error it stops with today."""
@@ -390,3 +416,25 @@ def test_old_logprobs_recompute_is_the_trainers_old_logprobs() -> None:
     translation = translate(A + "agent_val_frozen_lake-pg_var_is_correct.yaml")
     assert translation.config["old_logprobs"] == "trainer"
     assert "enable_old_logprobs_recompute" not in translation.config
+
+
+def test_the_native_env_manager_is_agent_native_with_step_reinforce() -> None:
+    translation = translate(A + "agentic_val_sokoban_native.yaml")
+    config = translation.config
+    assert (config["agent"]["kind"], config["rollout_mode"]) == ("native", "step")
+    assert (config["adv_estimator"], config["step_score"], config["step_gamma"]) == (
+        "step_reinforce", "return", 1.0,
+    )  # fmt: skip
+    assert (config["step_advantage_weight"], config["old_logprobs"]) == (0.0, "trainer")
+    assert config["reward_normalization"] == {
+        "grouping": "state", "norm_mean_type": "group", "norm_std_type": "batch",
+        "method": "identity",
+    }  # fmt: skip
+    tags = config["train_env_manager"]["env_configs"]["SokobanNativeEnv"]
+    assert tags == {"name": "sokoban_native", "kwargs": {"max_steps": 10, "format_penalty": -0.15}}
+    with pytest.raises(ConfigError, match=r"\['train_env_manager SimpleSokoban'\] use another env"):
+        translate(
+            A + "agentic_val_sokoban_native.yaml",
+            "train_env_manager.tags=[SokobanNativeEnv,SimpleSokoban]",
+            "train_env_manager.num_groups_partition=[64,64]",
+        )

@@ -5,8 +5,8 @@ The trainer turns a rollout batch into per-token advantages in two steps:
 1. :func:`~agentgym.trainers.normalization.normalize_rewards` normalizes each
    sample's score within its group (:mod:`~agentgym.trainers.normalization`);
 2. :func:`compute_advantages` spreads the result over the generated tokens with
-   a registered estimator (``grpo``, ``reinforce``, ``opmd``, or one added with
-   :func:`register_estimator`), then whitens and clips. ``opmd`` (Trinity-RFT's
+   a registered estimator (``grpo``, ``reinforce``, ``opmd``, ``step_reinforce``, or
+   one added with :func:`register_estimator`), then whitens and clips. ``opmd`` (Trinity-RFT's
    OPMD) first subtracts each group's baseline
    (:func:`~agentgym.trainers.normalization.opmd_advantages`, which the trainer
    applies to the normalized scores).
@@ -197,6 +197,39 @@ def reinforce_advantages(
     if baseline:
         returns = returns - masked_mean(returns, keep)
     return torch.where(keep, returns, torch.zeros_like(returns))
+
+
+@register_estimator("step_reinforce")
+def step_reinforce_advantages(
+    normalized_scores: Tensor,
+    token_rewards: Tensor,
+    loss_mask: Tensor,
+    *,
+    gamma: float = 1.0,
+    **unused: Any,
+) -> Tensor:
+    """ROLL's ``step_reinforce``: REINFORCE on each step's normalized return.
+
+    Each sample is one step of an episode (``rollout_mode: step``) judged by its
+    discounted return from that step to the episode's end (``step_score: return``,
+    discounted per step by ``step_gamma``, ROLL's ``step_reward_gamma``), normalized by
+    ``reward_normalization`` into ``normalized_scores``. As in ROLL, that value sits on
+    the step's last generated token and each generated token gets the return-to-go of
+    the token rewards, discounted per token by ``gamma``: with ``gamma`` 1 (ROLL's
+    default) every generated token of the step gets the normalized return.
+
+    Args:
+        normalized_scores: ``[B]`` the normalized step returns.
+        token_rewards: ``[B, T]`` unused (the step's reward is in its return).
+        loss_mask: ``[B, T]`` 1 on generated tokens.
+        gamma: Discount per generated token, in ``[0, 1]``.
+        **unused: ``baseline``, which the normalization replaces.
+
+    Returns:
+        ``[B, T]`` advantages, 0 off the mask.
+    """
+    rewards = last_token_rewards(normalized_scores.to(token_rewards.dtype), loss_mask)  # [B, T]
+    return reinforce_advantages(normalized_scores, rewards, loss_mask, gamma=gamma)
 
 
 def last_token_rewards(scores: Tensor, loss_mask: Tensor) -> Tensor:

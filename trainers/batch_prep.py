@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+SCORE_ESTIMATORS = ("grpo", "opmd", "step_reinforce")
+"""Estimators that read one score per sample: a token-level KL penalty folds into it."""
+
 
 class RolloutFailedError(RuntimeError):
     """More than ``max_failed_fraction`` of a step's episodes failed."""
@@ -209,7 +212,7 @@ def reward_signal(
     """
     # grpo and opmd read one score per sample: the KL penalty folds into it (Trinity's OPMD
     # sums its token-level rewards, penalty included, into the score the same way)
-    fold = penalty is not None and config.advantage.adv_estimator in ("grpo", "opmd")
+    fold = penalty is not None and config.advantage.adv_estimator in SCORE_ESTIMATORS
     scores = batch.scores - penalty.sum(1) if fold and penalty is not None else batch.scores
     processed = config.advantage.processes_rewards
     normalized = normalize_rewards(
@@ -219,6 +222,8 @@ def reward_signal(
         group_ids=batch.group_ids,
         tags=batch.tags,
         reward_clip=None if processed else config.advantage.reward_clip,
+        norm_mean_type=config.advantage.norm_mean_type,
+        norm_std_type=config.advantage.norm_std_type,
     )  # [B]
     if config.advantage.adv_estimator == "opmd":
         normalized = opmd_advantages(

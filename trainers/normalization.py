@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from agentgym.choices import GROUPINGS, NORMALIZATIONS, OPMD_BASELINES
+from agentgym.choices import GROUPINGS, NORM_SCOPES, NORMALIZATIONS, OPMD_BASELINES
 from agentgym.errors import check_choice
 
 STD_EPSILON = 1e-6
@@ -115,6 +115,51 @@ _NORMALIZERS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
 }
 
 
+def norm_scopes(
+    method: str, grouping: str, mean_type: str | None, std_type: str | None
+) -> tuple[str | None, str | None]:
+    """ROLL's ``norm_mean_type`` and ``norm_std_type``, each unset one derived from
+    ``method`` and ``grouping`` as ROLL derives it: ``identity`` neither, ``mean`` the
+    mean, ``mean_std`` and ``asym_clip`` both, over the batch when ``grouping`` is
+    ``batch``, else over the group."""
+    scope = "batch" if grouping == "batch" else "group"
+    derived = {
+        "identity": (None, None),
+        "mean": (scope, None),
+        "mean_std": (scope, scope),
+        "asym_clip": (scope, scope),
+    }[method]
+    return mean_type or derived[0], std_type or derived[1]
+
+
+def scoped_normalize(
+    scores: Tensor, group: Tensor, mean_type: str | None, std_type: str | None
+) -> Tensor:
+    """ROLL's agentic reward normalization: subtract the group's or the batch's mean
+    (``mean_type``; None: 0), divide by the group's or the batch's unbiased std plus
+    1e-6 (``std_type``; None: no division). With a std, a sample of a one-sample group,
+    or whose std is at most 1e-6, gets 0.
+
+    Args:
+        scores: ``[B]`` floating scores.
+        group: ``[B]`` group index in ``0..G-1``.
+        mean_type: ``group``, ``batch`` or None.
+        std_type: ``group``, ``batch`` or None.
+
+    Returns:
+        ``[B]`` normalized scores.
+    """
+    group_mean, group_std, _ = group_stats(scores, group)  # [B] each
+    counts = torch.bincount(group)[group]  # [B]
+    batch_mean = scores.mean().expand_as(scores)  # [B]
+    center = {"group": group_mean, "batch": batch_mean, None: torch.zeros_like(scores)}[mean_type]
+    if std_type is None:
+        return scores - center
+    spread = group_std if std_type == "group" else scores.std().expand_as(scores)  # [B]
+    ok = (counts > 1) & (spread.abs() > STD_EPSILON)
+    return torch.where(ok, (scores - center) / (spread + STD_EPSILON), torch.zeros_like(scores))
+
+
 def normalize_rewards(
     scores: Tensor,
     *,
@@ -124,6 +169,8 @@ def normalize_rewards(
     tags: Sequence[str] | None = None,
     reward_clip: float | None = None,
     traj_group_id: Tensor | Sequence[int] | None = None,
+    norm_mean_type: str | None = None,
+    norm_std_type: str | None = None,
 ) -> Tensor:
     """Normalize each sample's score within its group.
 
@@ -137,6 +184,10 @@ def normalize_rewards(
         tags: The env tag of each sample (needed for ``inductive``).
         reward_clip: If given, the result is clamped to ``[-reward_clip, reward_clip]``.
         traj_group_id: ROLL's name for ``group_ids``.
+        norm_mean_type: ROLL's: ``group`` or ``batch`` mean. When it or
+            ``norm_std_type`` is set, the two decide (:func:`scoped_normalize`), the
+            unset one derived from ``method`` (:func:`norm_scopes`).
+        norm_std_type: ROLL's: ``group`` or ``batch`` std.
 
     Returns:
         ``[B]`` normalized scores (floating, on the device of ``scores``).
@@ -164,7 +215,14 @@ def normalize_rewards(
 
     values = scores if scores.is_floating_point() else scores.float()
     group = _GROUPERS[grouping](values, ids_tensor, tags)  # [B]
-    normalized = _NORMALIZERS[method](values, group)  # [B]
+    if norm_mean_type is None and norm_std_type is None:
+        normalized = _NORMALIZERS[method](values, group)  # [B]
+    else:
+        for key, scope in (("norm_mean_type", norm_mean_type), ("norm_std_type", norm_std_type)):
+            if scope is not None:
+                check_choice(f"reward_normalization.{key}", scope, NORM_SCOPES)
+        scopes = norm_scopes(method, grouping, norm_mean_type, norm_std_type)
+        normalized = scoped_normalize(values, group, *scopes)  # [B]
     if reward_clip is not None:
         normalized = normalized.clamp(-reward_clip, reward_clip)
     return normalized

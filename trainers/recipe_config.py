@@ -77,6 +77,10 @@ class AdvantageConfig:
     whiten_rewards: bool
     grouping: str
     normalization: str
+    norm_mean_type: str | None
+    """ROLL's ``reward_normalization.norm_mean_type`` (None: from ``normalization``)."""
+    norm_std_type: str | None
+    """ROLL's ``reward_normalization.norm_std_type`` (None: from ``normalization``)."""
     drop_zero_variance_groups: bool
     opmd_baseline: str
     """``adv_estimator: opmd``'s group baseline: ``mean`` or ``logavgexp``."""

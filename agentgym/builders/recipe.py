@@ -39,6 +39,8 @@ def grpo_config(config: TrainConfig) -> GRPOConfig:
         config,
         grouping=config.reward_normalization.grouping,
         normalization=config.reward_normalization.method,
+        norm_mean_type=config.reward_normalization.norm_mean_type,
+        norm_std_type=config.reward_normalization.norm_std_type,
     )
     schedule = _from_schema(
         ScheduleConfig,

@@ -8,6 +8,7 @@ from typing import Any
 
 from agentgym.cluster import Cluster
 from agentgym.config_sections import EnvManagerSection, GeneratingArgs
+from agentgym.proxy.native import NativePlayer
 from agentgym.proxy.players import AgentSettings, ProxyPlayers
 from agentgym.rollout.backends import GenerationBackend, SamplingParams
 from agentgym.rollout.chat import ChatTokenizer
@@ -47,12 +48,15 @@ def rollout_config(config: TrainConfig, *, validation: bool = False) -> RolloutC
 
 def episode_players(config: TrainConfig) -> PlayerFactory | None:
     """Who plays the episodes (``agent.kind``): None, the env manager's own loop; for
-    ``proxy``, agents through the OpenAI-compatible proxy (one server per event loop,
-    shared by the train and validation episodes; under ``distributed=ray``, one in each
-    engine's process)."""
+    ``native``, the envs' own conversations (:class:`NativePlayer`); for ``proxy``,
+    agents through the OpenAI-compatible proxy (one server per event loop, shared by the
+    train and validation episodes; under ``distributed=ray``, one in each engine's
+    process)."""
     agent = config.agent
     if agent.kind == "env":
         return None
+    if agent.kind == "native":  # the env owns the conversation (ROLL's agent-native envs)
+        return NativePlayer
     return ProxyPlayers(
         AgentSettings(runner=agent.runner, timeout=agent.timeout, host=agent.host, port=agent.port),
         on_engines=config.distributed == "ray",

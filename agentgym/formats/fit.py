@@ -106,7 +106,7 @@ def fit_to_machine(raw: Mapping[str, Any], machine: Machine | None = None) -> Fi
     placement becomes one CPU process (``num_gpus_per_node`` → 0, every role's
     ``device_mapping`` dropped) and ``megatron_train`` one rank (its parallel
     sizes 1; the torch strategy where megatron-core is missing or the role trains a
-    LoRA adapter). Flash attention
+    LoRA adapter), and float16 bfloat16. Flash attention
     becomes SDPA (the same attention, computed by torch) where flash-attn cannot run.
     Where the roles are placed on GPUs (CUDA here, or ``distributed: ray``),
     ``model.device`` becomes cuda.
@@ -120,6 +120,7 @@ def fit_to_machine(raw: Mapping[str, Any], machine: Machine | None = None) -> Fi
     changes: list[Change] = []
     if data.get("distributed", "local") == "local" and not machine.cuda:
         _one_cpu_process(data, changes)
+        _no_float16(data, changes)
         for role in ("actor_train", "critic"):
             strategy = (data.get(role) or {}).get("strategy_args") or {}
             if strategy.get("strategy_name") == "megatron_train":
@@ -161,6 +162,18 @@ def _one_cpu_process(data: dict[str, Any], changes: list[Change]) -> None:
         if isinstance(section, dict) and section.get("device_mapping") is not None:
             written = section.pop("device_mapping")
             changes.append(Change(f"{role}.device_mapping", written, None, why))
+
+
+def _no_float16(data: dict[str, Any], changes: list[Change]) -> None:
+    why = (
+        "float16 trains with loss scaling on GPUs (megatron_train refuses it); on this CPU "
+        "bfloat16 is the half-width type"
+    )
+    for role in DEVICE_ROLES:
+        model_args = (data.get(role) or {}).get("model_args") or {}
+        if model_args.get("dtype") in ("fp16", "float16"):
+            changes.append(Change(f"{role}.model_args.dtype", model_args["dtype"], "bf16", why))
+            model_args["dtype"] = "bf16"
 
 
 def _train_where_placed(data: dict[str, Any], machine: Machine, changes: list[Change]) -> None:

@@ -75,6 +75,14 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from agentgym.errors import ConfigError, did_you_mean
+from agentgym.formats.roll_native import (
+    NATIVE_MANAGER,
+    is_native,
+    native_agent,
+    refuse_service_env,
+    reward_scopes,
+    step_reinforce,
+)
 from agentgym.formats.roll_training import gigpo, training_keys
 from agentgym.schema import TrainConfig
 
@@ -85,6 +93,7 @@ ENV_TYPES = {
     "sokoban": "sokoban",
     "frozen_lake": "frozen_lake",
     "webshop": "webshop",
+    "sokoban_native_env": "sokoban_native",
     "sokoban_sandbox": "http",
 }
 """ROLL's ``env_type`` → the agentgym env that plays it."""
@@ -94,10 +103,16 @@ SANDBOX_ENV_CONFIG = {"base_url": "base_url", "server_start_timeout": "connect_t
 Sokoban in a sandbox of its ROCK service at ``base_url``; here the ``http`` env plays
 ``sokoban`` on the agentgym env server at ``base_url`` (docs/http_envs.md)."""
 
-ENV_MANAGERS = {"TrajEnvManager": "trajectory", "StepEnvManager": "step", "ProxyEnvManager": None}
+ENV_MANAGERS = {
+    "TrajEnvManager": "trajectory",
+    "StepEnvManager": "step",
+    "ProxyEnvManager": None,
+    NATIVE_MANAGER: "step",
+}
 """ROLL's env manager classes (by class name) → ``rollout_mode``; ``ProxyEnvManager``
 plays through the OpenAI-compatible proxy (``agent.kind: proxy``) in the mode its
-``trajectory_mode`` names (:data:`PROXY_MODES`)."""
+``trajectory_mode`` names (:data:`PROXY_MODES`); ``AgentNativeStepEnvManager`` plays
+envs that own their conversation (``agent.kind: native``), one sample a step."""
 
 PROXY_MODES = {"traj": "trajectory", "step": "step"}
 """ROLL's ``ProxyEnvManager`` ``trajectory_mode`` (default ``traj``) → ``rollout_mode``."""
@@ -220,6 +235,7 @@ def from_roll(raw: Mapping[str, Any], *, helpers: Collection[str] = ()) -> Trans
     custom = data.get("custom_envs") or {}
     modes: dict[str, str] = {}
     runners: dict[str, str] = {}
+    natives: dict[str, bool] = {}
     budgets: list[int] = []
     turn_limits: dict[str, int] = {}
     histories: dict[str, int] = {}
@@ -239,6 +255,7 @@ def from_roll(raw: Mapping[str, Any], *, helpers: Collection[str] = ()) -> Trans
             env_configs[tag], mode, budget = _env(tag, custom[tag])
             if mode is not None:
                 modes[f"{section} {tag}"] = mode
+            natives[f"{section} {tag}"] = is_native(custom[tag])
             if custom[tag].get("agent_runner_cls"):
                 runners[f"{section} {tag}"] = str(custom[tag]["agent_runner_cls"])
             if budget is not None:
@@ -256,12 +273,15 @@ def from_roll(raw: Mapping[str, Any], *, helpers: Collection[str] = ()) -> Trans
         data.pop(key, None)
     _helpers(data, helpers, notes)
     _agent(data, runners, notes)
+    native_agent(data, natives, notes)
+    step_reinforce(data, notes)  # before gigpo, which refuses step_reward_gamma otherwise
     gigpo(data, notes)  # before _mode reads adv_estimator
     _mode(data, modes, notes)
     _budget(data, budgets, notes)
     _turns(data, turn_limits, notes)
     _history(data, histories, notes)
     training_keys(data, notes)
+    reward_scopes(data, notes)
     grouping = (data.get("reward_normalization") or {}).get("grouping")
     if grouping in GROUPINGS:
         data["reward_normalization"]["grouping"] = GROUPINGS[grouping]
@@ -277,6 +297,7 @@ def _env(tag: str, entry: Any) -> tuple[dict[str, Any], str | None, int | None]:
         raise ConfigError(f"custom_envs.{tag} must be a mapping with an env_type, got {entry!r}")
     env_type = entry["env_type"]
     if env_type not in ENV_TYPES:
+        refuse_service_env(tag, env_type)
         raise ConfigError(
             f"custom_envs.{tag}.env_type={env_type!r} has no agentgym env; known: "
             f"{sorted(ENV_TYPES)}.{did_you_mean(str(env_type), list(ENV_TYPES))}"

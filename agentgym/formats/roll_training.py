@@ -244,6 +244,11 @@ def _roles(data: dict[str, Any], notes: list[str]) -> None:
                 "comes from the model folder's config.json"
             )
         model_args.pop("model_type", None)
+        if "flash_attn" in model_args:  # dacite drops keys ModelArguments does not declare
+            notes.append(
+                f"{name}.model_args.flash_attn={model_args.pop('flash_attn')} dropped: ROLL's "
+                "ModelArguments has no such key and ignores it (attn_implementation picks)"
+            )
         if model_args.get("attn_implementation") == "fa2":
             model_args["attn_implementation"] = "flash_attention_2"
             notes.append(f"{name}.model_args.attn_implementation=fa2 → flash_attention_2")
@@ -264,6 +269,7 @@ def _roles(data: dict[str, Any], notes: list[str]) -> None:
             strategy["strategy_config"] = {}
         if isinstance(strategy, dict):
             _strategy_grad_norm(data, name, strategy.get("strategy_config") or {}, notes)
+            _fusions(name, strategy.get("strategy_config") or {}, notes)
         if name == "reference" and isinstance(strategy, dict) and strategy.get("strategy_name"):
             _reference_strategy(data, strategy["strategy_name"], notes)
 
@@ -279,6 +285,20 @@ def _reference_strategy(data: dict[str, Any], name: str, notes: list[str]) -> No
         f"reference.strategy_args.strategy_name={name}: the reference runs forward passes in "
         f"actor_train's ranks on its strategy ({trainer or 'torch'})"
     )
+
+
+FUSIONS = ("bias_activation_fusion", "apply_rope_fusion")
+"""Megatron's fused kernels (bias + activation, rotary embedding): the same math as the
+unfused path that agentgym's Megatron strategy runs."""
+
+
+def _fusions(name: str, strategy_config: dict[str, Any], notes: list[str]) -> None:
+    fused = {key: strategy_config.pop(key) for key in FUSIONS if key in strategy_config}
+    if fused:
+        notes.append(
+            f"{name}.strategy_args.strategy_config {sorted(fused)} dropped: fused kernels of "
+            "the same math; agentgym's Megatron strategy runs the unfused path"
+        )
 
 
 def _strategy_grad_norm(
