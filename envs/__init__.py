@@ -49,4 +49,9 @@ register(
     "agentgym.envs.math_workflow:MathWorkflowEnv",
     id="agentgym/MathWorkflow-v0",
 )
+register(
+    "gem",
+    "agentgym.envs.gem:GemEnv",
+    id="agentgym/Gem-v0",
+)
 discover_plugins()

@@ -30,7 +30,7 @@ def test_hydra_composes_and_gems_math_grader_grades_in_one_process() -> None:
 
 
 def test_math_verify_parses_latex_on_the_49_runtime() -> None:
-    from math_verify import parse, verify
+    from math_verify import parse, verify  # type: ignore[import-untyped]
 
     half = parse(r"$\frac{1}{2}$")
     assert verify(parse("0.5"), half)
