@@ -18,6 +18,12 @@ update on). Generation runs on the transformers
 backend (``actor_infer.strategy_args.strategy_name=hf``): vLLM's start on a CPU would
 double each run (59 s against 26 s on the 2-core machine); what the files ask of vLLM
 (a strategy_config) is read by the schema either way.
+
+ROLL's ``examples/qwen3_agentic_gem/`` (GEM's envs) name hub datasets: the rule points
+each ``dataset_name`` at a local stand-in with the hub dataset's columns
+(tests/data/gem/, :data:`GEM_LOCAL`), and gives a search tool the corpus its retrieval
+server would serve (``tool_args.corpus``, searched in process), as a machine without the
+hub must.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ TINY_POSITIONS = 4096
 
 A = "qwen2.5-0.5B-agentic/"
 M = "qwen2.5-7B-agentic_megatron/"
+G = "qwen3_agentic_gem/"
 TRAINS = None
 EXPECTED: dict[str, str | None] = {
     A + "agent_val_frozen_lake.yaml": TRAINS,
@@ -62,6 +69,13 @@ EXPECTED: dict[str, str | None] = {
     A + "agentic_val_sokoban_lora.yaml": TRAINS,
     A + "agentic_val_sokoban_agent_runner.yaml": TRAINS,  # through the proxy (agent=proxy)
     A + "agentic_sokoban_rollout_mock_dump.yaml": TRAINS,  # each step's batch dumped
+    # GEM's envs (env=gem), with local stand-ins for the hub data (GEM_LOCAL)
+    G + "gem_game_guess_the_number.yaml": TRAINS,
+    G + "gem_rg_letter_counting.yaml": TRAINS,
+    G + "gem_math_dapo.yaml": TRAINS,
+    G + "gem_math_dapo_python_code.yaml": TRAINS,  # python_code in agentgym's sandbox
+    G + "gem_math_hotpotqa.yaml": TRAINS,
+    G + "gem_math_hotpotqa_search.yaml": TRAINS,  # search over a local corpus
     # ROLL's own envs and tools
     A + "agentic_val_sokoban_native.yaml": (
         "custom_envs.SokobanNativeEnv.env_type='sokoban_native_env' has no agentgym env; "
@@ -79,6 +93,15 @@ EXPECTED: dict[str, str | None] = {
     ),
 }
 """Each file → None (trains 2 steps) or the exact error it stops with today."""
+
+GEM_DATA = Path(__file__).parent / "data" / "gem"
+GEM_LOCAL = {
+    "open-r1/DAPO-Math-17k-Processed": GEM_DATA / "dapo_math.jsonl",
+    "axon-rl/HotpotQA": GEM_DATA / "hotpotqa.jsonl",
+}
+"""Hub datasets of ROLL's GEM files → their local stand-ins (tests/data/gem/README.md)."""
+GEM_CORPUS = GEM_DATA / "wiki_corpus.jsonl"
+"""The retrieval server's corpus, searched in process (a search tool's ``corpus``)."""
 
 
 def composed(name: str, overrides: list[str] | None = None) -> DictConfig:
@@ -127,7 +150,27 @@ def shrink(cfg: DictConfig, out: Path, model: Path) -> list[str]:
             "++actor_train.training_args.per_device_train_batch_size=2",
             "++actor_train.training_args.gradient_accumulation_steps=1",
         ]
-    return overrides
+    return overrides + local_data(raw)
+
+
+def local_data(node: Any, path: str = "") -> list[str]:
+    """The rule's local data: each hub ``dataset_name`` of :data:`GEM_LOCAL` pointed at its
+    file, and each search tool's retrieval server given :data:`GEM_CORPUS` (its corpus)."""
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key == "dataset_name" and value in GEM_LOCAL:
+                found.append(f"++{where}={GEM_LOCAL[value]}")
+            elif key == "tool_configs":
+                found += [
+                    f"++{where}.{i}.tool_args.corpus={GEM_CORPUS}"
+                    for i, tool in enumerate(value)
+                    if tool.get("tool_id") == "search"
+                ]
+            else:
+                found += local_data(value, where)
+    return found
 
 
 def test_the_table_holds_every_copied_file() -> None:

@@ -75,6 +75,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from agentgym.errors import ConfigError, did_you_mean
+from agentgym.formats.roll_gem import FILE_KEYS, gem_env, is_gem_type
 from agentgym.formats.roll_training import gigpo, training_keys
 from agentgym.schema import TrainConfig
 
@@ -84,7 +85,12 @@ MARKERS = ("custom_envs", "custom_env", "env_manager_cls")
 ENV_TYPES = {"sokoban": "sokoban", "frozen_lake": "frozen_lake", "webshop": "webshop"}
 """ROLL's ``env_type`` → the agentgym env that plays it."""
 
-ENV_MANAGERS = {"TrajEnvManager": "trajectory", "StepEnvManager": "step", "ProxyEnvManager": None}
+ENV_MANAGERS = {
+    "TrajEnvManager": "trajectory",
+    "StepEnvManager": "step",
+    "StepConcatEnvManager": "step",  # GEM's files: each step's prompt holds the history
+    "ProxyEnvManager": None,
+}
 """ROLL's env manager classes (by class name) → ``rollout_mode``; ``ProxyEnvManager``
 plays through the OpenAI-compatible proxy (``agent.kind: proxy``) in the mode its
 ``trajectory_mode`` names (:data:`PROXY_MODES`)."""
@@ -242,7 +248,7 @@ def from_roll(raw: Mapping[str, Any], *, helpers: Collection[str] = ()) -> Trans
         if env_configs:
             manager["env_configs"] = env_configs
         _manager_generating_args(data, section, manager, notes)
-    for key in TEMPLATE_KEYS:
+    for key in (*TEMPLATE_KEYS, *FILE_KEYS):
         data.pop(key, None)
     _helpers(data, helpers, notes)
     _agent(data, runners, notes)
@@ -266,7 +272,7 @@ def _env(tag: str, entry: Any) -> tuple[dict[str, Any], str | None, int | None]:
     if not isinstance(entry, Mapping) or "env_type" not in entry:
         raise ConfigError(f"custom_envs.{tag} must be a mapping with an env_type, got {entry!r}")
     env_type = entry["env_type"]
-    if env_type not in ENV_TYPES:
+    if env_type not in ENV_TYPES and not is_gem_type(str(env_type)):  # GEM: roll_gem.py
         raise ConfigError(
             f"custom_envs.{tag}.env_type={env_type!r} has no agentgym env; known: "
             f"{sorted(ENV_TYPES)}.{did_you_mean(str(env_type), list(ENV_TYPES))}"
@@ -302,6 +308,8 @@ def _env(tag: str, entry: Any) -> tuple[dict[str, Any], str | None, int | None]:
             "ProxyEnvManager (an agent runner plays through the proxy)"
         )
     budget = entry.get("max_tokens_per_step")
+    if is_gem_type(str(env_type)):
+        return gem_env(tag, entry, kwargs), mode, budget
     return {"name": ENV_TYPES[env_type], "kwargs": kwargs}, mode, budget
 
 

@@ -1,5 +1,8 @@
 """GEM's env ids: the registry of the installed ``gem-llm``, plus the ids ROLL's files use.
 
+ROLL's own GEM types (``roll_math``, ``roll_qa``, ``roll_code``) are registered in
+GEM's registry as ROLL registers them, each to the env that plays it here.
+
 ROLL pins ``gem-llm==0.0.4``; 0.1.0 (installed here, the newest) dropped the plain game
 ids (``game:GuessTheNumber-v0``) in favour of ``-easy``/``-hard``/``-random`` ones. The
 ids 0.0.4 had and 0.1.0 lacks are registered again, with 0.0.4's arguments (read from its
@@ -49,6 +52,14 @@ GEM_004_IDS: dict[str, tuple[str, dict[str, Any]]] = {
 """gem-llm 0.0.4's game ids that 0.1.0 does not register → (module:class under
 ``gem.envs.game_env``, the arguments 0.0.4 registered them with)."""
 
+ROLL_TYPES = {
+    "roll_math": "agentgym.envs.gem.roll_envs:RollMathEnv",
+    "roll_qa": "agentgym.envs.gem.roll_envs:RollQaEnv",
+    "roll_code": "gem.envs.code_env:CodeEnv",
+}
+"""ROLL's own GEM env types (registered in GEM's registry, as ROLL does) → the class
+that plays them here (:mod:`agentgym.envs.gem.roll_envs`)."""
+
 _lock = threading.Lock()
 
 
@@ -71,6 +82,9 @@ def gem_registry() -> dict[str, Any]:
         for env_id, (entry, kwargs) in GEM_004_IDS.items():
             if env_id not in ENV_REGISTRY:
                 register(env_id, f"gem.envs.game_env.{entry}", **kwargs)
+        for env_id, entry in ROLL_TYPES.items():
+            if env_id not in ENV_REGISTRY:
+                register(env_id, entry)
     registry: dict[str, Any] = ENV_REGISTRY
     return registry
 
