@@ -25,7 +25,8 @@ from gem.envs.qa_env import QaEnv
 from gem.utils.constants import TERMINAL_STATE
 from gem.utils.parsing import extract_last_boxed_answer
 
-class RollMathEnv(MathEnv):  # type: ignore[misc]  # GEM is untyped
+
+class RollMathEnv(MathEnv):
     """ROLL's ``roll_math``: GEM's math env whose info says whether the response
     answered in ``\\boxed{}``."""
 
@@ -36,7 +37,7 @@ class RollMathEnv(MathEnv):  # type: ignore[misc]  # GEM is untyped
         return observation, float(reward), terminated, truncated, info
 
 
-class RollQaEnv(QaEnv):  # type: ignore[misc]  # GEM is untyped
+class RollQaEnv(QaEnv):
     """ROLL's ``roll_qa``: GEM's QA env; no answer in the response scores 0 as an
     invalid action."""
 

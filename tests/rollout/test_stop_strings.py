@@ -21,7 +21,13 @@ def test_the_response_ends_with_the_token_that_completes_the_first_stop_string()
     assert cut.finish_reason == "stop"
     assert decode(cut.token_ids).endswith("print(2)</code>")
     # the earliest of several strings wins; "<code>" is complete at token 4
-    assert cut_at_stop_string(generation, ["</code>", "<code>"], decode).token_ids == [0, 1, 2, 3, 4]
+    assert cut_at_stop_string(generation, ["</code>", "<code>"], decode).token_ids == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
 
 
 def test_a_response_without_a_stop_string_is_left_as_it_is() -> None:
