@@ -127,8 +127,8 @@ class GemEnv(TextEnv):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         """GEM's ``reset(seed)``; ``options`` are not GEM's and are ignored."""
-        gymnasium_reset = super(TextEnv, self).reset
-        gymnasium_reset(seed=seed)
+        # GEM seeds its own generators; Gymnasium's np_random (a SeedSequence per reset,
+        # tens of µs) is not drawn from here, so it is left unseeded
         self.num_steps = 0
         self._done = False
         with _GLOBAL_RNG:
