@@ -409,3 +409,25 @@ def test_old_logprobs_recompute_is_the_trainers_old_logprobs() -> None:
     translation = translate(A + "agent_val_frozen_lake-pg_var_is_correct.yaml")
     assert translation.config["old_logprobs"] == "trainer"
     assert "enable_old_logprobs_recompute" not in translation.config
+
+
+def test_a_gem_entry_is_env_gem_with_its_tool_wrapper_templates_and_local_data() -> None:
+    name = G + "gem_math_dapo_python_code.yaml"
+    translation = translate(name, *local_data(OmegaConf.to_container(composed(name))))
+    env = translation.config["train_env_manager"]["env_configs"]["dapo_17k_with_python_code"]
+    assert env["name"] == "gem"
+    kwargs = env["kwargs"]
+    assert (kwargs["env_id"], kwargs["dataset_name"]) == ("roll_math", str(GEM_LOCAL[
+        "open-r1/DAPO-Math-17k-Processed"]))  # fmt: skip
+    assert (kwargs["question_key"], kwargs["answer_key"]) == ("prompt", "solution")
+    assert kwargs["tool_wrapper"]["wrapper_args"]["max_tool_uses"] == 1
+    assert kwargs["tool_wrapper"]["tool_configs"][0]["tool_id"] == "python_code"
+    assert kwargs["instructions"].startswith("Please reason step by step")
+    assert kwargs["observation_template"].startswith("{observation}\nEnsure that your response")
+    generating = translation.config["actor_infer"]["generating_args"]
+    assert generating["stop_strings"] == ["</code>"]
+    assert not {"gem_math", "math_agent_template"} & set(translation.config)
+    rg = translate(G + "gem_rg_letter_counting.yaml")
+    assert rg.config["rollout_mode"] == "step"  # StepConcatEnvManager
+    assert rg.config["actor_infer"]["generating_args"]["top_k"] == -1  # the schema reads it as 0
+    assert "default_history_length=1 dropped: no custom_envs entry reads it" in rg.notes

@@ -75,7 +75,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from agentgym.errors import ConfigError, did_you_mean
-from agentgym.formats.roll_gem import FILE_KEYS, gem_env, is_gem_type
+from agentgym.formats.roll_gem import FILE_KEYS, gem_env, is_gem_type, unread_history_helper
 from agentgym.formats.roll_training import gigpo, training_keys
 from agentgym.schema import TrainConfig
 
@@ -251,6 +251,7 @@ def from_roll(raw: Mapping[str, Any], *, helpers: Collection[str] = ()) -> Trans
     for key in (*TEMPLATE_KEYS, *FILE_KEYS):
         data.pop(key, None)
     _helpers(data, helpers, notes)
+    unread_history_helper(data, custom, notes)
     _agent(data, runners, notes)
     gigpo(data, notes)  # before _mode reads adv_estimator
     _mode(data, modes, notes)

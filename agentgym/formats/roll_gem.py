@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-FILE_KEYS = ("gem_games", "gem_math", "gem_qa", "gem_rg", "gem_code", "default_history_length")
+FILE_KEYS = ("gem_games", "gem_math", "gem_qa", "gem_rg", "gem_code")
 """Top-level keys of ROLL's GEM env files (``config/traj_envs_gem_*.yaml``): the env
-sections that ``custom_envs`` entries copy, and the history helper the GEM example files
-define whether or not an entry reads it (dropped with the other template keys)."""
+sections that ``custom_envs`` entries copy (dropped with the other template keys)."""
 
 GEM_ROLL_TYPES = ("roll_math", "roll_qa", "roll_code")
 """ROLL's env types that are GEM envs of its own (agentgym.envs.gem.roll_envs)."""
@@ -31,6 +30,22 @@ ENTRY_KEYS = {
     "agent_template": "observation_template",
 }
 """A ``custom_envs`` entry's keys that the GEM env takes → its argument."""
+
+
+def unread_history_helper(
+    data: dict[str, Any], custom: Mapping[str, Any], notes: list[str]
+) -> None:
+    """Drop ``default_history_length`` where no entry reads it (ROLL's
+    ``gem_rg_letter_counting.yaml`` defines it beside an entry without
+    ``history_length``; ROLL ignores it), with a note; one that is read is a helper
+    variable, dropped before this runs."""
+    if "default_history_length" in data and any(
+        is_gem_type(str(entry.get("env_type", "")))
+        for entry in custom.values()
+        if isinstance(entry, Mapping)
+    ):
+        value = data.pop("default_history_length")
+        notes.append(f"default_history_length={value!r} dropped: no custom_envs entry reads it")
 
 
 def is_gem_type(env_type: str) -> bool:
