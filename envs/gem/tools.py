@@ -16,7 +16,8 @@ of ``<python>``/```` ```python ```` and ``<search>``), with their work done here
 * ``search``: ``search_url`` is a retrieval server speaking GEM's protocol (a msgpack
   POST of ``{query, topk}``), as in GEM; ``corpus`` (a JSONL file of ``{title, text}``
   or ``{contents}`` rows) is searched here with agentgym's BM25 index instead, no
-  server needed. ``corpus`` wins when both are given.
+  server needed. ``corpus`` wins when both are given. :mod:`agentgym.envs.gem.retrieval`
+  serves such a corpus over GEM's protocol, for a ``search_url``.
 """
 
 from __future__ import annotations

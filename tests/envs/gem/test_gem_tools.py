@@ -125,3 +125,33 @@ def test_tools_not_built_here_are_named() -> None:
         ConfigError, match=r"tool_args.search_ur is not a key here.*Did you mean 'search_url'"
     ):
         agentgym.make("gem", env_id="rg:letter_counting", tool_wrapper=typo)
+
+
+def test_gems_search_client_reads_the_retrieval_server_as_the_local_corpus() -> None:
+    import threading
+
+    from agentgym.envs.gem.retrieval import make_server
+    from tests.servers import free_port
+
+    corpus = str(DATA / "wiki_corpus.jsonl")
+    port = free_port()
+    server = make_server(corpus, port=port)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        answers = []
+        for tool_args in ({"search_url": f"http://127.0.0.1:{port}/retrieve"}, {"corpus": corpus}):
+            wrapper = {"tool_configs": [{"tool_id": "search", "tool_args": tool_args}]}
+            env = agentgym.make(
+                "gem",
+                env_id="roll_qa",
+                dataset_name=str(DATA / "hotpotqa.jsonl"),
+                question_key="problem",
+                tool_wrapper=wrapper,
+            )
+            env.reset(seed=0)
+            answers.append(env.step("<search>Which author wrote Blade Runner's novel?</search>"))
+        assert answers[0][:4] == answers[1][:4]  # GEM's own client, over HTTP
+        assert "Doc 1(Title: Blade Runner)" in answers[0][0]
+    finally:
+        server.shutdown()
+        server.server_close()
