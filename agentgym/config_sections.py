@@ -189,9 +189,11 @@ class GeneratingArgs(Section):
     max_new_tokens: PositiveInt = 64
     temperature: NonNegativeFloat = 1.0
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    top_k: NonNegativeInt = 0
+    # ROLL's and vLLM's -1 (GEM's files) is "off", as 0 is here
+    top_k: Annotated[int, BeforeValidator(lambda k: 0 if k == -1 else k), Field(ge=0)] = 0
     num_beams: PositiveInt = 1
     num_return_sequences: PositiveInt = 1
+    stop_strings: list[str] = Field(default_factory=list)  # a response ends with the first
 
 
 class StrategyArgs(Section):

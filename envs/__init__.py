@@ -59,4 +59,9 @@ register(
     "agentgym.envs.http.client:HttpEnv",
     id="agentgym/Http-v0",
 )
+register(
+    "gem",
+    "agentgym.envs.gem:GemEnv",
+    id="agentgym/Gem-v0",
+)
 discover_plugins()

@@ -28,6 +28,7 @@ from agentgym.rollout.env_manager import Assignment, EnvManager
 from agentgym.rollout.limits import BatchCloser
 from agentgym.rollout.lockstep import GENERATE_OPT_LEVELS, Lockstep
 from agentgym.rollout.metrics import rollout_metrics
+from agentgym.rollout.stop_strings import cut_at_stop_string
 from agentgym.rollout.workers import EnvClient, EnvLostError
 from agentgym.trajectory import Trajectory, Turn
 
@@ -371,6 +372,9 @@ class EpisodeRunner:
                 trajectory.termination_reason = "env_error" if lost else "generation_error"
                 trajectory.error = traceback.format_exc(limit=-8)
                 return
+            if sampling.stop_strings:
+                decode = self.chat.decode_response
+                generation = cut_at_stop_string(generation, sampling.stop_strings, decode)
             text = self.chat.decode_response(generation.token_ids)
             version = generation.policy_version
             turn = Turn(

@@ -23,6 +23,12 @@ double each run (59 s against 26 s on the 2-core machine); what the files ask of
 (:data:`SERVED`: ROLL's ``sokoban_sandbox``, whose ``env_config.base_url`` is ROLL's ROCK
 service) gets one more override: ``base_url`` pointed at an agentgym env server of
 ``sokoban`` that the test starts (docs/http_envs.md).
+
+ROLL's ``examples/qwen3_agentic_gem/`` (GEM's envs) name hub datasets: the rule points
+each ``dataset_name`` at a local stand-in with the hub dataset's columns
+(tests/data/gem/, :data:`GEM_LOCAL`), and gives a search tool the corpus its retrieval
+server would serve (``tool_args.corpus``, searched in process), as a machine without the
+hub must.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ TINY_POSITIONS = 4096
 A = "qwen2.5-0.5B-agentic/"
 M = "qwen2.5-7B-agentic_megatron/"
 D = "agentic_demo/"
+G = "qwen3_agentic_gem/"
 TRAINS = None
 TOOL_ENVS = (
     "agentgym's tool envs (env=mcp_tools: the tools of an MCP server you start; env=sql, "
@@ -82,6 +89,13 @@ EXPECTED: dict[str, str | None] = {
     A + "agentic_sokoban_rollout_mock_dump.yaml": TRAINS,  # each step's batch dumped
     A + "agentic_val_sokoban_sandbox.yaml": TRAINS,  # on an env server (SERVED)
     D + "agent_val_sokoban_sandbox.yaml": TRAINS,  # on an env server (SERVED)
+    # GEM's envs (env=gem), with local stand-ins for the hub data (GEM_LOCAL)
+    G + "gem_game_guess_the_number.yaml": TRAINS,
+    G + "gem_rg_letter_counting.yaml": TRAINS,
+    G + "gem_math_dapo.yaml": TRAINS,
+    G + "gem_math_dapo_python_code.yaml": TRAINS,  # python_code in agentgym's sandbox
+    G + "gem_math_hotpotqa.yaml": TRAINS,
+    G + "gem_math_hotpotqa_search.yaml": TRAINS,  # search over a local corpus
     # ROLL's own envs and tools
     A + "agentic_val_sokoban_native.yaml": TRAINS,  # agent=native, step_reinforce
     A + "agentic_rollout_sokoban.yaml": (
@@ -115,6 +129,14 @@ SERVED = {
     D + "agent_val_sokoban_sandbox.yaml": "SokobanSandbox",
 }
 """Files whose env plays on an env server → their tag: the test starts the server."""
+GEM_DATA = Path(__file__).parent / "data" / "gem"
+GEM_LOCAL = {
+    "open-r1/DAPO-Math-17k-Processed": GEM_DATA / "dapo_math.jsonl",
+    "axon-rl/HotpotQA": GEM_DATA / "hotpotqa.jsonl",
+}
+"""Hub datasets of ROLL's GEM files → their local stand-ins (tests/data/gem/README.md)."""
+GEM_CORPUS = GEM_DATA / "wiki_corpus.jsonl"
+"""The retrieval server's corpus, searched in process (a search tool's ``corpus``)."""
 
 
 def composed(name: str, overrides: list[str] | None = None) -> DictConfig:
@@ -163,7 +185,27 @@ def shrink(cfg: DictConfig, out: Path, model: Path) -> list[str]:
             "++actor_train.training_args.per_device_train_batch_size=2",
             "++actor_train.training_args.gradient_accumulation_steps=1",
         ]
-    return overrides
+    return overrides + local_data(raw)
+
+
+def local_data(node: Any, path: str = "") -> list[str]:
+    """The rule's local data: each hub ``dataset_name`` of :data:`GEM_LOCAL` pointed at its
+    file, and each search tool's retrieval server given :data:`GEM_CORPUS` (its corpus)."""
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key == "dataset_name" and value in GEM_LOCAL:
+                found.append(f"++{where}={GEM_LOCAL[value]}")
+            elif key == "tool_configs":
+                found += [
+                    f"++{where}.{i}.tool_args.corpus={GEM_CORPUS}"
+                    for i, tool in enumerate(value)
+                    if tool.get("tool_id") == "search"
+                ]
+            else:
+                found += local_data(value, where)
+    return found
 
 
 def test_the_table_holds_every_copied_file() -> None:
@@ -438,3 +480,25 @@ def test_the_native_env_manager_is_agent_native_with_step_reinforce() -> None:
             "train_env_manager.tags=[SokobanNativeEnv,SimpleSokoban]",
             "train_env_manager.num_groups_partition=[64,64]",
         )
+
+
+def test_a_gem_entry_is_env_gem_with_its_tool_wrapper_templates_and_local_data() -> None:
+    name = G + "gem_math_dapo_python_code.yaml"
+    translation = translate(name, *local_data(OmegaConf.to_container(composed(name))))
+    env = translation.config["train_env_manager"]["env_configs"]["dapo_17k_with_python_code"]
+    assert env["name"] == "gem"
+    kwargs = env["kwargs"]
+    assert (kwargs["env_id"], kwargs["dataset_name"]) == ("roll_math", str(GEM_LOCAL[
+        "open-r1/DAPO-Math-17k-Processed"]))  # fmt: skip
+    assert (kwargs["question_key"], kwargs["answer_key"]) == ("prompt", "solution")
+    assert kwargs["tool_wrapper"]["wrapper_args"]["max_tool_uses"] == 1
+    assert kwargs["tool_wrapper"]["tool_configs"][0]["tool_id"] == "python_code"
+    assert kwargs["instructions"].startswith("Please reason step by step")
+    assert kwargs["observation_template"].startswith("{observation}\nEnsure that your response")
+    generating = translation.config["actor_infer"]["generating_args"]
+    assert generating["stop_strings"] == ["</code>"]
+    assert not {"gem_math", "math_agent_template"} & set(translation.config)
+    rg = translate(G + "gem_rg_letter_counting.yaml")
+    assert rg.config["rollout_mode"] == "step"  # StepConcatEnvManager
+    assert rg.config["actor_infer"]["generating_args"]["top_k"] == -1  # the schema reads it as 0
+    assert "default_history_length=1 dropped: no custom_envs entry reads it" in rg.notes

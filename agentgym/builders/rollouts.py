@@ -27,6 +27,7 @@ def sampling_params(args: GeneratingArgs, *, temperature: float, seed: int) -> S
         top_k=args.top_k,
         max_new_tokens=args.max_new_tokens,
         seed=seed,
+        stop_strings=tuple(args.stop_strings),
     )
 
 

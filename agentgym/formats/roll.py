@@ -75,6 +75,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from agentgym.errors import ConfigError, did_you_mean
+from agentgym.formats.roll_gem import FILE_KEYS, gem_env, is_gem_type, unread_history_helper
 from agentgym.formats.roll_native import (
     NATIVE_MANAGER,
     is_native,
@@ -108,6 +109,7 @@ ENV_MANAGERS = {
     "StepEnvManager": "step",
     "ProxyEnvManager": None,
     NATIVE_MANAGER: "step",
+    "StepConcatEnvManager": "step",  # GEM's files: each step's prompt holds the history
 }
 """ROLL's env manager classes (by class name) → ``rollout_mode``; ``ProxyEnvManager``
 plays through the OpenAI-compatible proxy (``agent.kind: proxy``) in the mode its
@@ -269,9 +271,10 @@ def from_roll(raw: Mapping[str, Any], *, helpers: Collection[str] = ()) -> Trans
         if env_configs:
             manager["env_configs"] = env_configs
         _manager_generating_args(data, section, manager, notes)
-    for key in TEMPLATE_KEYS:
+    for key in (*TEMPLATE_KEYS, *FILE_KEYS):
         data.pop(key, None)
     _helpers(data, helpers, notes)
+    unread_history_helper(data, custom, notes)
     _agent(data, runners, notes)
     native_agent(data, natives, notes)
     step_reinforce(data, notes)  # before gigpo, which refuses step_reward_gamma otherwise
@@ -296,7 +299,7 @@ def _env(tag: str, entry: Any) -> tuple[dict[str, Any], str | None, int | None]:
     if not isinstance(entry, Mapping) or "env_type" not in entry:
         raise ConfigError(f"custom_envs.{tag} must be a mapping with an env_type, got {entry!r}")
     env_type = entry["env_type"]
-    if env_type not in ENV_TYPES:
+    if env_type not in ENV_TYPES and not is_gem_type(str(env_type)):  # GEM: roll_gem.py
         refuse_service_env(tag, env_type)
         raise ConfigError(
             f"custom_envs.{tag}.env_type={env_type!r} has no agentgym env; known: "
@@ -335,6 +338,8 @@ def _env(tag: str, entry: Any) -> tuple[dict[str, Any], str | None, int | None]:
             "ProxyEnvManager (an agent runner plays through the proxy)"
         )
     budget = entry.get("max_tokens_per_step")
+    if is_gem_type(str(env_type)):
+        return gem_env(tag, entry, kwargs), mode, budget
     return {"name": ENV_TYPES[env_type], "kwargs": kwargs}, mode, budget
 
 

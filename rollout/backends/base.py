@@ -28,6 +28,8 @@ class SamplingParams:
         stop_token_ids: Generation ends after any of these (they are kept in
             the output, like an end-of-turn token).
         seed: Per-request sampling seed where the backend supports one.
+        stop_strings: A response ends with the first of these it writes (kept in it;
+            the rollout cuts it there, :mod:`agentgym.rollout.stop_strings`).
     """
 
     temperature: float = 1.0
@@ -36,6 +38,7 @@ class SamplingParams:
     max_new_tokens: int = 64
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    stop_strings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
