@@ -218,6 +218,12 @@ def check_scheduling(config: TrainConfig) -> None:
             "order their episodes were admitted, which is what bounds every sample's "
             "staleness; use one of the two"
         )
+    if config.partial_rollout and not config.async_generation_ratio:
+        raise ConfigError(
+            f"partial_rollout={config.partial_rollout} continues turns across the weight syncs "
+            "that happen while episodes are generated, which needs async_generation_ratio > 0 "
+            "(at 0, generation has stopped before each sync); set partial_rollout=0"
+        )
 
 
 def check_decoupled(config: TrainConfig) -> None:

@@ -144,6 +144,7 @@ class TrainConfig(Section):
     max_additional_running_prompts: NonNegativeInt = 16
     num_return_sequences_in_group: PositiveInt = 1
     async_generation_ratio: NonNegativeFloat = 0.0
+    partial_rollout: NonNegativeInt = 0
 
     # advantages and rewards
     ppo_epochs: PositiveInt = 1

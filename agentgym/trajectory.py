@@ -59,7 +59,10 @@ class Turn:
         actions: The actions the env played.
         observation: The observation text the response answered.
         policy_version: The weights version that generated the response (with
-            ``async_generation_ratio > 0`` the turns of one episode may differ).
+            ``async_generation_ratio > 0`` the turns of one episode may differ; for a
+            response continued across weight syncs, its first token's).
+        token_versions: Each response token's weights version, for a response continued
+            across weight syncs (``partial_rollout``); None: all ``policy_version``.
         starts_sample: ``trajectory`` mode: this turn begins a new sample, and
             ``prompt_ids`` is its whole prompt (an agent behind the proxy rewrote its
             history, so the turn's prompt does not extend the previous sample).
@@ -76,6 +79,7 @@ class Turn:
     actions: list[str] = field(default_factory=list)
     observation: str = ""
     policy_version: int = 0
+    token_versions: list[int] | None = None
     starts_sample: bool = False
 
 

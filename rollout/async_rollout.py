@@ -121,14 +121,25 @@ class PausableBackend:
     (``abort=True``): an aborted request is **regenerated** from its prompt after
     :meth:`resume` (its partial output is discarded; the turn records the new version).
 
+    With ``chunk`` (``partial_rollout``), a response is generated ``chunk`` tokens at a
+    time, each piece a request whose prompt is the prompt and the tokens so far (token
+    in, token out: nothing is re-tokenized). A pause then waits for one piece at most,
+    and the response goes on after it on the new weights: its tokens are kept, and
+    :attr:`Generation.token_versions` records each token's version (verl's partial
+    rollout; SkyRL's abort and resume at a piece's end).
+
     Args:
         backend: The engine, or a :class:`~agentgym.rollout.router.Router`.
         version: The version of the weights the engines hold now.
+        chunk: Tokens a piece (0: a response is one request).
     """
 
-    def __init__(self, backend: GenerationBackend, version: int = 0) -> None:
+    def __init__(self, backend: GenerationBackend, version: int = 0, *, chunk: int = 0) -> None:
         self.backend = backend
         self.version = version
+        self.chunk = chunk
+        self.continued = 0
+        """Responses that went on across a weight sync (``chunk``)."""
         self.aborted = 0
         self._open = asyncio.Event()
         self._open.set()
@@ -143,22 +154,55 @@ class PausableBackend:
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, *, env: TextEnv | None = None
     ) -> Generation:
-        """Generate once not paused; the result carries the generating version."""
+        """Generate once not paused; the result carries the generating version (and with
+        ``chunk``, each token's)."""
+        if self.chunk:
+            return await self._in_pieces(prompt_ids, params, env)
+        generation, version = await self._request(prompt_ids, params, env)
+        return replace(generation, policy_version=version)
+
+    async def _request(
+        self, prompt_ids: Sequence[int], params: SamplingParams, env: TextEnv | None
+    ) -> tuple[Generation, int]:
+        """One request once not paused (sent again if a pause aborts it); its response
+        and the version that generated it."""
         while True:
             await self._open.wait()
             version = self.version
             task = asyncio.ensure_future(self.backend.generate(prompt_ids, params, env=env))
             self._in_flight.add(task)
             try:
-                generation = await task
+                return await task, version
             except asyncio.CancelledError:
                 if task not in self._aborting:
                     raise
-                self._aborting.discard(task)
-                continue  # aborted by a pause: regenerate on the new weights
+                self._aborting.discard(task)  # aborted by a pause: regenerate on the new weights
             finally:
                 self._in_flight.discard(task)
-            return replace(generation, policy_version=version)
+
+    async def _in_pieces(
+        self, prompt_ids: Sequence[int], params: SamplingParams, env: TextEnv | None
+    ) -> Generation:
+        """A response ``chunk`` tokens at a time, each piece on the weights of its time."""
+        ids: list[int] = []
+        logprobs: list[float] = []
+        versions: list[int] = []
+        while True:
+            piece = replace(
+                params, max_new_tokens=min(self.chunk, params.max_new_tokens - len(ids))
+            )
+            if params.seed is not None and ids:  # a piece's own stream, the same on a rerun
+                piece = replace(piece, seed=(params.seed * 1_000_003 + len(ids)) % 2**31)
+            part, version = await self._request([*prompt_ids, *ids], piece, env)
+            if versions and version != versions[-1]:
+                self.continued += 1
+            ids += part.token_ids
+            logprobs += part.logprobs
+            versions += [version] * len(part.token_ids)
+            done = part.finish_reason != "length" or len(ids) >= params.max_new_tokens
+            if done or not part.token_ids:
+                first = versions[0] if versions else version
+                return Generation(ids, logprobs, part.finish_reason, first, versions)
 
     async def pause(self, *, abort: bool = False) -> None:
         """Stop new requests and wait until none is in flight (cancelling them with ``abort``)."""
@@ -433,15 +477,29 @@ def staleness_metrics(
     trajectories: Sequence[Trajectory], version: int, ratio: float
 ) -> dict[str, float]:
     """``async/staleness_*``: how many versions each trained trajectory's first turn is
-    behind ``version`` (the weights the step updates): mean, max and a count per value."""
+    behind ``version`` (the weights the step updates): mean, max and a count per value;
+    per generated token, the mean (``async/token_staleness_mean``: a response continued
+    across a sync, ``partial_rollout``, holds tokens of two versions) and the responses
+    so continued (``async/continued_turns``)."""
     played = [t for t in trajectories if t.turns]
     lags = [version - t.policy_version for t in played]
+    token_lags = [
+        version - token_version
+        for t in played
+        for turn in t.turns
+        for token_version in (turn.token_versions or [turn.policy_version] * len(turn.response_ids))
+    ]
+    continued = sum(
+        len(set(turn.token_versions)) > 1 for t in played for turn in t.turns if turn.token_versions
+    )
     metrics = {
         "async/staleness_mean": sum(lags) / max(len(lags), 1),
         "async/staleness_max": float(max(lags, default=0)),
         "async/last_turn_staleness_mean": (
             sum(version - t.last_policy_version for t in played) / max(len(played), 1)
         ),
+        "async/token_staleness_mean": sum(token_lags) / max(len(token_lags), 1),
+        "async/continued_turns": float(continued),
     }
     for lag in range(math.ceil(ratio) + 1):
         metrics[f"async/staleness_{lag}"] = float(lags.count(lag))

@@ -385,6 +385,7 @@ class EpisodeRunner:
                 finish_reason=generation.finish_reason,
                 observation=observation,
                 policy_version=self.policy_version if version is None else version,
+                token_versions=generation.token_versions,
             )
             if turn_index == 0:  # async generation: the version of its first turn
                 trajectory.policy_version = turn.policy_version

@@ -236,11 +236,14 @@ class AheadSource:
         envs: What the episodes are played with (the backend is wrapped in a
             :class:`~agentgym.rollout.async_rollout.PausableBackend`).
         ratio: ``async_generation_ratio`` (k > 0).
+        partial: ``partial_rollout``: tokens a piece of a response that a weight sync
+            may cut and the new weights continue (0: a sync waits for whole responses).
     """
 
-    def __init__(self, envs: Rollout, *, ratio: float) -> None:
+    def __init__(self, envs: Rollout, *, ratio: float, partial: int = 0) -> None:
         self.envs = envs
         self.ratio = ratio
+        self.partial = partial
         self.pipeline: AsyncRollout | None = None
         self._start_version = 0
 
@@ -255,7 +258,7 @@ class AheadSource:
         envs = self.envs
         self.pipeline = AsyncRollout(
             envs.manager,
-            PausableBackend(envs.backend, version=step),
+            PausableBackend(envs.backend, version=step, chunk=self.partial),
             envs.chat,
             envs.config,
             ratio=self.ratio,

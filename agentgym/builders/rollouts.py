@@ -150,7 +150,9 @@ def rollout_source(config: TrainConfig, train: Rollout) -> RolloutSource:
             return ReplaySource(train, folder, rollout_fingerprint(config))
     source: RolloutSource = SyncSource(train)
     if config.async_generation_ratio > 0:
-        source = AheadSource(train, ratio=config.async_generation_ratio)
+        source = AheadSource(
+            train, ratio=config.async_generation_ratio, partial=config.partial_rollout
+        )
     if mock.enable:
         return DumpingSource(source, folder, rollout_fingerprint(config))
     return source

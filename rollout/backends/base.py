@@ -61,13 +61,17 @@ class Generation:
         finish_reason: ``"stop"`` or ``"length"``.
         policy_version: The weights version that generated it, when the client
             knows (:class:`~agentgym.rollout.async_rollout.PausableBackend` sets it);
-            None: the rollout's own version.
+            None: the rollout's own version. For a response continued across weight
+            syncs (``partial_rollout``), the version of its first token.
+        token_versions: The version of each generated id, when a response was continued
+            across weight syncs (``partial_rollout``); None: all ``policy_version``.
     """
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
     policy_version: int | None = None
+    token_versions: list[int] | None = None
 
 
 @runtime_checkable

@@ -132,12 +132,19 @@ def test_ratio_0_through_the_pipeline_equals_the_synchronous_recipe(
     assert all(torch.equal(weights0[name], weights[name]) for name in weights)
 
 
-@pytest.mark.parametrize("ratio", [1, 2])
+@pytest.mark.parametrize(("ratio", "partial"), [(1, 0), (2, 0), (1, 2)])
 def test_no_trained_sample_is_more_than_k_versions_stale(
-    tmp_path: Path, cache: Path, record: Record, ratio: int
+    tmp_path: Path, cache: Path, record: Record, ratio: int, partial: int
 ) -> None:
+    """With ``partial_rollout``, responses go on across syncs: a sample's first token
+    still bounds its staleness, and each token's own version is counted."""
     config, parts = build(
-        tmp_path, cache, "max_steps=5", "eval_steps=0", f"async_generation_ratio={ratio}"
+        tmp_path,
+        cache,
+        "max_steps=5",
+        "eval_steps=0",
+        f"async_generation_ratio={ratio}",
+        f"partial_rollout={partial}",
     )
     slow = parts.strategy.train_step
 
@@ -162,6 +169,16 @@ def test_no_trained_sample_is_more_than_k_versions_stale(
         )
     assert max(lags) <= ratio
     assert max(lags) == ratio  # the slow trainer lets the rollout run to the bound
+    tokens = [
+        version
+        for trajectories in record.trained.values()
+        for t in trajectories
+        for turn in t.turns
+        for version in (turn.token_versions or [turn.policy_version] * len(turn.response_ids))
+    ]
+    assert bool(partial) == any(turn.token_versions for ts in record.trained.values()
+                                for t in ts for turn in t.turns)  # fmt: skip
+    assert tokens and all("async/token_staleness_mean" in m for m in record.metrics.values())
 
 
 def test_validation_pauses_generation_and_resumes_it(
