@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import gymnasium
 from gymnasium import spaces
 
 from agentgym.envs.gem.data import local_dataset
@@ -127,8 +128,9 @@ class GemEnv(TextEnv):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         """GEM's ``reset(seed)``; ``options`` are not GEM's and are ignored."""
-        # GEM seeds its own generators; Gymnasium's np_random (a SeedSequence per reset,
-        # tens of µs) is not drawn from here, so it is left unseeded
+        # GEM seeds its own generators; Gymnasium's np_random is seeded as the Env
+        # contract asks (its checker), though nothing here draws from it
+        gymnasium.Env.reset(self, seed=seed)
         self.num_steps = 0
         self._done = False
         with _GLOBAL_RNG:
