@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentgym.rollout.backends.base import Generation, GenerationBackend, SamplingParams
 from agentgym.rollout.chat import ChatTokenizer
+from agentgym.rollout.collection_gc import FewerCollections
 from agentgym.rollout.env_manager import Assignment, EnvManager
 from agentgym.rollout.loop import (
     EpisodeRunner,
@@ -360,9 +361,12 @@ class AsyncRollout:
             max_workers=config.env_workers, thread_name_prefix="agentgym-env"
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self._collections = FewerCollections()
 
     def start(self) -> None:
         """Start every env's episode loop (on the running event loop)."""
+        if not self._tasks:  # released by close(): see collection_gc
+            self._collections.hold()
         clients = self.manager.clients(self._pool)
         self._tasks = [
             asyncio.ensure_future(self._play(position, env)) for position, env in enumerate(clients)
@@ -471,6 +475,9 @@ class AsyncRollout:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*self.runner.env_calls, return_exceptions=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._tasks:
+            self._tasks = []
+            self._collections.release()
 
 
 def staleness_metrics(

@@ -24,6 +24,7 @@ import numpy as np
 from agentgym.choices import SAMPLE_MODES
 from agentgym.rollout.backends.base import GenerationBackend, SamplingParams
 from agentgym.rollout.chat import PREFIX_CHECK_MODES, ChatTokenizer, Message, report_drift
+from agentgym.rollout.collection_gc import FewerCollections
 from agentgym.rollout.env_manager import Assignment, EnvManager
 from agentgym.rollout.limits import BatchCloser
 from agentgym.rollout.lockstep import GENERATE_OPT_LEVELS, Lockstep
@@ -203,28 +204,29 @@ async def collect(
         return finished
 
     assignments = manager.assignments()
-    if closer is None:
-        per_env = await asyncio.gather(
-            *(
-                run_env(episodes, env)
-                for episodes, env in zip(assignments, manager.clients(pool), strict=True)
+    with FewerCollections():  # thousands of live episodes: see collection_gc
+        if closer is None:
+            per_env = await asyncio.gather(
+                *(
+                    run_env(episodes, env)
+                    for episodes, env in zip(assignments, manager.clients(pool), strict=True)
+                )
             )
-        )
-        trajectories = [t for env_trajectories in per_env for t in env_trajectories]
-    else:
-        tasks = [
-            asyncio.ensure_future(run_env(episodes, env))
-            for episodes, env in zip(assignments, manager.clients(pool), strict=True)
-        ]
-        try:
-            await _until(complete, tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            # an env call runs to its end, so the next reset does not race a step
-            await asyncio.gather(*runner.env_calls, return_exceptions=True)
-        trajectories = closer.batch()
+            trajectories = [t for env_trajectories in per_env for t in env_trajectories]
+        else:
+            tasks = [
+                asyncio.ensure_future(run_env(episodes, env))
+                for episodes, env in zip(assignments, manager.clients(pool), strict=True)
+            ]
+            try:
+                await _until(complete, tasks)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                # an env call runs to its end, so the next reset does not race a step
+                await asyncio.gather(*runner.env_calls, return_exceptions=True)
+            trajectories = closer.batch()
     trajectories.sort(key=lambda t: (t.group_id, t.env_index))
     metrics = rollout_metrics(trajectories) | runner.metrics(trajectories)
     if closer is not None:
