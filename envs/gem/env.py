@@ -20,8 +20,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import gymnasium
+import numpy as np
 from gymnasium import spaces
+from gymnasium.utils import seeding
 
 from agentgym.envs.gem.data import local_dataset
 from agentgym.envs.gem.ids import check_id
@@ -128,9 +129,9 @@ class GemEnv(TextEnv):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         """GEM's ``reset(seed)``; ``options`` are not GEM's and are ignored."""
-        # GEM seeds its own generators; Gymnasium's np_random is seeded as the Env
-        # contract asks (its checker), though nothing here draws from it
-        gymnasium.Env.reset(self, seed=seed)
+        if seed is not None:  # Gymnasium's generator, made only if asked for (_np_random)
+            self._np_seed: int | None = seed
+            self._np_made: np.random.Generator | None = None
         self.num_steps = 0
         self._done = False
         with _GLOBAL_RNG:
@@ -139,6 +140,21 @@ class GemEnv(TextEnv):
         info = dict(info)
         info.update(action_is_valid=True, actions=[], success=False)
         return self._show(str(observation), info), info
+
+    @property
+    def _np_random(self) -> np.random.Generator | None:
+        """Gymnasium's generator, made from the last reset's seed when first asked for:
+        GEM draws from generators of its own, and making this one at every reset would
+        cost more than a game's step (tens of µs)."""
+        seed = getattr(self, "_np_seed", None)
+        if getattr(self, "_np_made", None) is None and seed is not None:
+            self._np_made, self._np_random_seed = seeding.np_random(seed)
+        made: np.random.Generator | None = getattr(self, "_np_made", None)
+        return made
+
+    @_np_random.setter
+    def _np_random(self, value: np.random.Generator | None) -> None:
+        self._np_made, self._np_seed = value, None
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """GEM's ``step(action)`` on the whole response, its results unchanged."""
