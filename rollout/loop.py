@@ -30,7 +30,7 @@ from agentgym.rollout.limits import BatchCloser
 from agentgym.rollout.lockstep import GENERATE_OPT_LEVELS, Lockstep
 from agentgym.rollout.metrics import rollout_metrics
 from agentgym.rollout.stop_strings import cut_at_stop_string
-from agentgym.rollout.workers import EnvClient, EnvLostError
+from agentgym.rollout.workers import EnvClient, EnvLostError, EnvStep
 from agentgym.trajectory import Trajectory, Turn
 
 _T = TypeVar("_T")
@@ -401,18 +401,9 @@ class EpisodeRunner:
                 trajectory.termination_reason = "env_error"
                 trajectory.error = traceback.format_exc(limit=-8)
                 return
-            if outcome.frame is not None:
-                trajectory.frames.append(outcome.frame)
+            record_step(trajectory, turn, outcome)
             observation, info = outcome.observation, outcome.info
             terminated, truncated = outcome.terminated, outcome.truncated
-            turn.reward = float(outcome.reward)
-            turn.action_is_valid = bool(info["action_is_valid"])  # the env contract
-            turn.action_is_effective = info.get("action_is_effective")
-            trajectory.final_observation = observation
-            trajectory.unreported_info += bool(info.get("unreported_info"))
-            turn.actions = list(info.get("actions", []))
-            trajectory.score += turn.reward
-            trajectory.success = bool(info.get("success", False))
             actions += len(turn.actions)
             if terminated or truncated:
                 trajectory.termination_reason = "terminated" if terminated else "truncated"
@@ -500,6 +491,23 @@ def step_window(messages: Sequence[Message], history_length: int) -> int:
 def strip_think(text: str) -> str:
     """``text`` without its ``<think>`` blocks (``strip_think_history``)."""
     return _THINK.sub("", text)
+
+
+def record_step(trajectory: Trajectory, turn: Turn, outcome: EnvStep) -> None:
+    """What the env made of ``turn`` (its step's ``outcome``), on the turn and the
+    trajectory: reward, validity and effect, actions, frame, score, success and the
+    observation the episode is at."""
+    info = outcome.info
+    if outcome.frame is not None:
+        trajectory.frames.append(outcome.frame)
+    turn.reward = float(outcome.reward)
+    turn.action_is_valid = bool(info["action_is_valid"])  # the env contract
+    turn.action_is_effective = info.get("action_is_effective")
+    turn.actions = list(info.get("actions", []))
+    trajectory.final_observation = outcome.observation
+    trajectory.unreported_info += bool(info.get("unreported_info"))
+    trajectory.score += turn.reward
+    trajectory.success = bool(info.get("success", False))
 
 
 def observation_messages(observation: str, info: dict[str, Any]) -> list[Message]:

@@ -25,7 +25,7 @@ from typing import Any
 from agentgym.envs.text_env import CONVERSATION_KEY
 from agentgym.proxy.recorder import ProxyError, RequestParams, SessionRecorder
 from agentgym.rollout.env_manager import Assignment
-from agentgym.rollout.loop import EpisodeRunner, new_trajectory
+from agentgym.rollout.loop import EpisodeRunner, new_trajectory, record_step
 from agentgym.rollout.workers import EnvClient
 from agentgym.trajectory import Trajectory
 
@@ -110,15 +110,7 @@ class NativePlayer(EpisodeRunner):
                 trajectory.termination_reason = "env_error"
                 trajectory.error = traceback.format_exc(limit=-8)
                 return
-            if outcome.frame is not None:
-                trajectory.frames.append(outcome.frame)
-            info = outcome.info
-            turn.reward = float(outcome.reward)
-            turn.action_is_valid = bool(info["action_is_valid"])
-            turn.actions = list(info.get("actions", []))
-            trajectory.score += turn.reward
-            trajectory.success = bool(info.get("success", False))
-            trajectory.unreported_info += bool(info.get("unreported_info"))
+            record_step(trajectory, turn, outcome)
             actions += len(turn.actions)
             if outcome.terminated or outcome.truncated:
                 trajectory.termination_reason = "terminated" if outcome.terminated else "truncated"

@@ -78,6 +78,10 @@ def test_each_step_is_one_sample_whose_prompt_is_the_envs_conversation(tokenizer
         # the env's rewards: a step of -0.1, the format penalty on the reply that is no action
         assert [turn.action_is_valid for turn in trajectory.turns] == [True, False, True]
         assert trajectory.turns[1].reward == pytest.approx(-0.2)
+        # recorded as the loop records a step: whether it moved, where the episode is
+        assert trajectory.turns[1].action_is_effective is False
+        assert all(turn.action_is_effective is not None for turn in trajectory.turns)
+        assert trajectory.final_observation and trajectory.final_observation != turn.observation
     # the backend saw exactly the samples' prompts, one request a step
     prompts = sorted(tuple(p) for p in backend.prompts)
     assert prompts == sorted(tuple(s.input_ids[: s.loss_mask.index(1)]) for s in samples)
