@@ -1,0 +1,76 @@
+"""How long the first run of each env takes to reach its first training step, from an
+empty model cache (the tiny model, its tokenizer and its warm start are built first).
+
+Each env runs ``python -m agentgym.train env=<env> max_steps=1 eval_steps=0`` with a
+fresh ``model.cache_dir`` in a fresh folder; the figure is the wall time until the
+``step 1/1`` line, and where the time went before it (the lines the run printed, with
+their times). Goal (issue 48): at most 3 minutes on the 2-core CPU machine.
+
+    python benchmarks/first_run.py [--envs sokoban frozen_lake ...] [--limit 900]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ENVS = ("sokoban", "frozen_lake", "webshop", "math_tool", "sql", "search_qa", "math_workflow")
+
+
+def first_step(env: str, limit: float) -> tuple[float | None, list[tuple[float, str]]]:
+    """Seconds until ``env``'s first step line (None: not within ``limit``), and the
+    run's lines with the second each came at."""
+    folder = Path(tempfile.mkdtemp(prefix=f"first-run-{env}-"))
+    command = [
+        sys.executable, "-m", "agentgym.train", f"env={env}", "max_steps=1", "eval_steps=0",
+        f"model.cache_dir={folder / 'cache'}", f"output_dir={folder / 'run'}",
+    ]  # fmt: skip
+    started = time.perf_counter()
+    lines: list[tuple[float, str]] = []
+    process = subprocess.Popen(
+        command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert process.stdout is not None
+    reached = None
+    try:
+        for line in process.stdout:
+            now = time.perf_counter() - started
+            lines.append((now, line.rstrip()))
+            if line.startswith("step 1/"):
+                reached = now
+                break
+            if now > limit:
+                break
+    finally:
+        process.kill()
+        process.wait()
+    return reached, lines
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--envs", nargs="+", default=list(ENVS))
+    parser.add_argument("--limit", type=float, default=900.0, help="seconds before giving up")
+    args = parser.parse_args(argv)
+    rows = []
+    for env in args.envs:
+        reached, lines = first_step(env, args.limit)
+        said = [f"{t:.0f}s {text[:70]}" for t, text in lines if not text.startswith(" ")][-4:]
+        rows.append((env, reached))
+        shown = f"{reached:.0f} s" if reached is not None else f"> {args.limit:.0f} s"
+        print(f"{env}: step 1 at {shown}; last lines: {' | '.join(said)}", flush=True)
+    print("\n| env | first step, from an empty model cache | goal <= 180 s |")
+    print("| --- | ---: | --- |")
+    for env, reached in rows:
+        met = "met" if reached is not None and reached <= 180 else "not met"
+        shown = f"{reached:.0f} s" if reached is not None else f"> {args.limit:.0f} s"
+        print(f"| `{env}` | {shown} | {met} |")
+
+
+if __name__ == "__main__":
+    main()
