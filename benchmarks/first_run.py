@@ -12,6 +12,8 @@ their times). Goal (issue 48): at most 3 minutes on the 2-core CPU machine.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,8 +34,13 @@ def first_step(env: str, limit: float) -> tuple[float | None, list[tuple[float, 
     ]  # fmt: skip
     started = time.perf_counter()
     lines: list[tuple[float, str]] = []
-    process = subprocess.Popen(
-        command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    process = subprocess.Popen(  # its own process group: the engine's process goes with it
+        command,
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     assert process.stdout is not None
     reached = None
@@ -47,7 +54,7 @@ def first_step(env: str, limit: float) -> tuple[float | None, list[tuple[float, 
             if now > limit:
                 break
     finally:
-        process.kill()
+        os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     return reached, lines
 
