@@ -478,36 +478,3 @@ class AsyncRollout:
         if self._tasks:
             self._tasks = []
             self._collections.release()
-
-
-def staleness_metrics(
-    trajectories: Sequence[Trajectory], version: int, ratio: float
-) -> dict[str, float]:
-    """``async/staleness_*``: how many versions each trained trajectory's first turn is
-    behind ``version`` (the weights the step updates): mean, max and a count per value;
-    per generated token, the mean (``async/token_staleness_mean``: a response continued
-    across a sync, ``partial_rollout``, holds tokens of two versions) and the responses
-    so continued (``async/continued_turns``)."""
-    played = [t for t in trajectories if t.turns]
-    lags = [version - t.policy_version for t in played]
-    token_lags = [
-        version - token_version
-        for t in played
-        for turn in t.turns
-        for token_version in (turn.token_versions or [turn.policy_version] * len(turn.response_ids))
-    ]
-    continued = sum(
-        len(set(turn.token_versions)) > 1 for t in played for turn in t.turns if turn.token_versions
-    )
-    metrics = {
-        "async/staleness_mean": sum(lags) / max(len(lags), 1),
-        "async/staleness_max": float(max(lags, default=0)),
-        "async/last_turn_staleness_mean": (
-            sum(version - t.last_policy_version for t in played) / max(len(played), 1)
-        ),
-        "async/token_staleness_mean": sum(token_lags) / max(len(token_lags), 1),
-        "async/continued_turns": float(continued),
-    }
-    for lag in range(math.ceil(ratio) + 1):
-        metrics[f"async/staleness_{lag}"] = float(lags.count(lag))
-    return metrics

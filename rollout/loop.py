@@ -11,7 +11,6 @@ not stall the event loop; an env on an env worker is called over its handle.
 from __future__ import annotations
 
 import asyncio
-import re
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,12 +29,18 @@ from agentgym.rollout.limits import BatchCloser
 from agentgym.rollout.lockstep import GENERATE_OPT_LEVELS, Lockstep
 from agentgym.rollout.metrics import rollout_metrics
 from agentgym.rollout.stop_strings import cut_at_stop_string
-from agentgym.rollout.workers import EnvClient, EnvLostError, EnvStep
+from agentgym.rollout.turns import (
+    has_think,
+    observation_messages,
+    record_step,
+    step_window,
+    strip_think,
+)
+from agentgym.rollout.workers import EnvClient, EnvLostError
 from agentgym.trajectory import Trajectory, Turn
 
 _T = TypeVar("_T")
 _K = TypeVar("_K")
-_THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL | re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -429,7 +434,7 @@ class EpisodeRunner:
             original = start + offset - 1
             if original not in responses:
                 continue
-            if self.config.strip_think_history and _THINK.search(message["content"]):
+            if self.config.strip_think_history and has_think(message["content"]):
                 window[offset] = {**message, "content": strip_think(message["content"])}
             else:
                 spliced[offset] = responses[original]
@@ -473,46 +478,3 @@ def request_seed(base: int, group_id: int, env_index: int, turn: int) -> int:
     """
     state = np.random.SeedSequence([base, group_id, env_index, turn]).generate_state(1)
     return int(state[0] & 0x7FFFFFFF)
-
-
-def step_window(messages: Sequence[Message], history_length: int) -> int:
-    """Where a ``step``-mode prompt's window of ``messages`` starts (the system prompt,
-    ``messages[0]``, is always kept): the last ``history_length`` turns, each with the
-    observation it answered, then the new observation."""
-    assistant_positions = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-    if not assistant_positions or history_length == 0:
-        return assistant_positions[-1] + 1 if assistant_positions else 1
-    start = assistant_positions[-history_length:][0]
-    while start > 1 and messages[start - 1]["role"] != "assistant":
-        start -= 1  # keep the observation the first kept response answered
-    return start
-
-
-def strip_think(text: str) -> str:
-    """``text`` without its ``<think>`` blocks (``strip_think_history``)."""
-    return _THINK.sub("", text)
-
-
-def record_step(trajectory: Trajectory, turn: Turn, outcome: EnvStep) -> None:
-    """What the env made of ``turn`` (its step's ``outcome``), on the turn and the
-    trajectory: reward, validity and effect, actions, frame, score, success and the
-    observation the episode is at."""
-    info = outcome.info
-    if outcome.frame is not None:
-        trajectory.frames.append(outcome.frame)
-    turn.reward = float(outcome.reward)
-    turn.action_is_valid = bool(info["action_is_valid"])  # the env contract
-    turn.action_is_effective = info.get("action_is_effective")
-    turn.actions = list(info.get("actions", []))
-    trajectory.final_observation = outcome.observation
-    trajectory.unreported_info += bool(info.get("unreported_info"))
-    trajectory.score += turn.reward
-    trajectory.success = bool(info.get("success", False))
-
-
-def observation_messages(observation: str, info: dict[str, Any]) -> list[Message]:
-    """Tool results become ``tool`` messages; anything else is a ``user`` message."""
-    results = info.get("tool_results")
-    if results:
-        return [{"role": "tool", "content": str(result)} for result in results]
-    return [{"role": "user", "content": observation}]

@@ -31,12 +31,12 @@ from agentgym.rollout.async_rollout import (
     AsyncRollout,
     PausableBackend,
     bounded_update,
-    staleness_metrics,
 )
 from agentgym.rollout.backends.base import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import PlayerFactory, RolloutConfig, collect
+from agentgym.rollout.metrics import staleness_metrics
 from agentgym.rollout.router import sync_breakdown
 from agentgym.trajectory import Trajectory
 

@@ -19,8 +19,8 @@ from agentgym.job.buffer_rows import ExplorerRecord
 from agentgym.job.published_weights import WeightPublisher
 from agentgym.job.schedule import SyncSchedule
 from agentgym.job.waiting import Waiting
-from agentgym.rollout.async_rollout import bounded_update, staleness_metrics
-from agentgym.rollout.metrics import rollout_metrics
+from agentgym.rollout.async_rollout import bounded_update
+from agentgym.rollout.metrics import rollout_metrics, staleness_metrics
 from agentgym.rollout.source import StepRollout, WeightExport
 from agentgym.trajectory import Trajectory
 

@@ -25,7 +25,8 @@ from typing import Any
 from agentgym.envs.text_env import CONVERSATION_KEY
 from agentgym.proxy.recorder import ProxyError, RequestParams, SessionRecorder
 from agentgym.rollout.env_manager import Assignment
-from agentgym.rollout.loop import EpisodeRunner, new_trajectory, record_step
+from agentgym.rollout.loop import EpisodeRunner, new_trajectory
+from agentgym.rollout.turns import record_step
 from agentgym.rollout.workers import EnvClient
 from agentgym.trajectory import Trajectory
 

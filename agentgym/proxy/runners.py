@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentgym.errors import ConfigError, did_you_mean
-from agentgym.rollout.loop import observation_messages, step_window, strip_think
+from agentgym.rollout.turns import observation_messages, step_window, strip_think
 from agentgym.rollout.workers import EnvClient
 
 

@@ -17,9 +17,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentgym.errors import ConfigError
-from agentgym.rollout.async_rollout import PausableBackend, paused_update, staleness_metrics
+from agentgym.rollout.async_rollout import PausableBackend, paused_update
 from agentgym.rollout.backends.base import Generation, SamplingParams
 from agentgym.rollout.backends.hf import HFBackend
+from agentgym.rollout.metrics import staleness_metrics
 from agentgym.schema import validate
 from agentgym.trajectory import Trajectory, Turn
 from tests.rollout.test_backends import TEMPERATURE, TOLERANCE, forward_logprobs
