@@ -199,6 +199,7 @@ def demonstrations(
     label_rng = np.random.default_rng([seed, 1])  # its own stream: the moves don't depend on it
     found: list[Demonstration] = []
     episode = seed
+    bar = progress(count, f"demonstrations ({name})", enabled=sys.stderr.isatty())
     while len(found) < count:
         observation, _ = env.reset(seed=episode)
         episode += 1
@@ -223,10 +224,12 @@ def demonstrations(
                     action = env.action_names[int(rng.integers(len(env.action_names)))]
                 played = f"<answer>{action}</answer>"
             found.append(Demonstration(step_window(messages, history_length), response, label))
+            bar.update(1)
             observation, _, terminated, truncated, info = env.step(played)
             messages += [{"role": "assistant", "content": played}]
             messages += observation_messages(observation, info)
             done = terminated or truncated
+    bar.close()
     env.close()
     return found
 
@@ -284,7 +287,7 @@ def build_examples(tokenizer: Any, spec: WarmStartSpec) -> list[Example]:
             choice_index, choice_ids = action_choice(
                 name, [answer_tokens(tokenizer, a, response_format) for a in names]
             )
-        for demonstration in found:
+        for demonstration in progress(found, f"tokenizing ({name})", enabled=sys.stderr.isatty()):
             examples.append(
                 Example(
                     env_name=name,
