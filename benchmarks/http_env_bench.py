@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tables import print_table
 
 from agentgym.envs.adapter import make_text_env
 from agentgym.envs.http import HttpEnv
@@ -165,15 +166,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ratio": remote["wall_ms_per_step"] / local["wall_ms_per_step"],
     }
     print(f"{episodes} concurrent episodes, {rounds} rounds (medians)")
-    print(
-        "| mode | wall ms/step | latency p50 / p99 ms | client CPU ms/step | server CPU ms/step |"
+    print_table(
+        (
+            "mode",
+            "wall ms/step",
+            "latency p50 / p99 ms",
+            "client CPU ms/step",
+            "server CPU ms/step",
+        ),
+        [
+            (
+                mode,
+                f"{m['wall_ms_per_step']:.3f}",
+                f"{m['latency_p50_ms']:.2f} / {m['latency_p99_ms']:.2f}",
+                f"{m['cpu_ms_per_step']:.3f}",
+                f"{m['server_cpu_ms_per_step']:.3f}",
+            )
+            for mode, m in medians.items()
+        ],
     )
-    for mode, m in medians.items():
-        print(
-            f"| {mode} | {m['wall_ms_per_step']:.3f} | {m['latency_p50_ms']:.2f} / "
-            f"{m['latency_p99_ms']:.2f} | {m['cpu_ms_per_step']:.3f} | "
-            f"{m['server_cpu_ms_per_step']:.3f} |"
-        )
     print(
         f"overhead {result['overhead_ms_per_step']:.3f} ms/step (goal <= 2), "
         f"ratio {result['ratio']:.1f}x"

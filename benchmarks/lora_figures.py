@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tables import print_table
+
 SHAPES = ("tiny", "qwen2.5-0.5b-shaped")
 MODES = ("full", "lora")
 ROWS, WIDTH = 8, 256
@@ -36,37 +38,12 @@ def _status_mib(field: str) -> float:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-def _batch(vocab: int) -> Any:
-    import torch
-
-    from agentgym.trajectory import RolloutBatch
-
-    generator = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(3, vocab, (ROWS, WIDTH), generator=generator)
-    mask = torch.ones(ROWS, WIDTH, dtype=torch.long)
-    loss_mask = mask.clone()
-    loss_mask[:, : WIDTH // 2] = 0  # the prompt half
-    old = -torch.rand(ROWS, WIDTH, generator=generator) * loss_mask
-    batch = RolloutBatch(
-        input_ids=input_ids,
-        attention_mask=mask,
-        position_ids=torch.arange(WIDTH).expand(ROWS, WIDTH).clone(),
-        loss_mask=loss_mask,
-        engine_logprobs=old,
-        token_rewards=torch.zeros(ROWS, WIDTH),
-        scores=torch.zeros(ROWS),
-        group_ids=torch.zeros(ROWS, dtype=torch.long),
-        tags=["t"] * ROWS,
-    )
-    batch.old_logprobs = old
-    batch.ref_logprobs = old
-    batch.advantages = torch.randn(ROWS, 1, generator=generator).expand(ROWS, WIDTH) * loss_mask
-    return batch
-
-
 def measure(model_dir: Path, mode: str, steps: int) -> dict[str, Any]:
     """One setting, in this process: trainable parameters, optimizer-state and peak memory."""
     import torch
+
+    # imported here, as torch is: the parent process that only starts the settings skips them
+    from gpu.training import random_batch
 
     from agentgym.builders.recipe import default_grpo_config
     from agentgym.trainers.strategies.lora import LoraSettings
@@ -75,7 +52,8 @@ def measure(model_dir: Path, mode: str, steps: int) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     config = default_grpo_config(micro_batch_size=2, gradient_accumulation_steps=4)
-    batch = _batch(min(1000, _vocab(model_dir)))
+    batch = random_batch(ROWS, WIDTH, min(1000, _vocab(model_dir)), "cpu")
+    batch.ref_logprobs = batch.old_logprobs  # the KL term's reference
     _warm_up()
     before = _status_mib("VmRSS")
     lora = LoraSettings(("all-linear",), 8, 16) if mode == "lora" else None
@@ -144,15 +122,20 @@ def main() -> None:
                 if result.returncode:
                     raise SystemExit(result.stderr[-3000:])
                 rows[f"{shape}/{mode}"] = json.loads(result.stdout.splitlines()[-1])
-    print("| model | training | parameters | trainable | AdamW state MiB | peak MiB |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
-    for key, row in rows.items():
-        shape, mode = key.split("/")
-        print(
-            f"| {shape} | {mode} | {row['parameters']:,} | {row['trainable']:,} "
-            f"({100 * row['trainable'] / row['parameters']:.2f} %) | "
-            f"{row['optimizer_mib']:,.1f} | {row['peak_mib']:,.0f} |"
-        )
+    print_table(
+        ("model", "training", "parameters", "trainable", "AdamW state MiB", "peak MiB"),
+        [
+            (
+                *key.split("/"),
+                f"{row['parameters']:,}",
+                f"{row['trainable']:,} ({100 * row['trainable'] / row['parameters']:.2f} %)",
+                f"{row['optimizer_mib']:,.1f}",
+                f"{row['peak_mib']:,.0f}",
+            )
+            for key, row in rows.items()
+        ],
+        labels=2,
+    )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tables import print_table
+
 from agentgym.rollout.async_rollout import PausableBackend, paused_update
 from agentgym.rollout.backends.base import Generation, SamplingParams
 
@@ -163,16 +165,25 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
         f"training, lengths log-normal (median {settings.median:g}, sigma {settings.sigma:g}, "
         f"cap {settings.max_tokens}), {settings.token_ms:g} ms a token, pieces of {settings.chunk}"
     )
-    print(
-        "| way | sync wait mean / max s | step s | tokens generated per token kept | responses/s |"
+    print_table(
+        (
+            "way",
+            "sync wait mean / max s",
+            "step s",
+            "tokens generated per token kept",
+            "responses/s",
+        ),
+        [
+            (
+                way,
+                f"{f['sync_wait_mean_s']:.3f} / {f['sync_wait_max_s']:.3f}",
+                f"{f['step_s']:.3f}",
+                f"{f['generated_per_kept_token']:.3f}",
+                f"{f['responses_per_s']:.1f}",
+            )
+            for way, f in figures.items()
+        ],
     )
-    print("| --- | ---: | ---: | ---: | ---: |")
-    for way, f in figures.items():
-        print(
-            f"| {way} | {f['sync_wait_mean_s']:.3f} / {f['sync_wait_max_s']:.3f} | "
-            f"{f['step_s']:.3f} | {f['generated_per_kept_token']:.3f} | "
-            f"{f['responses_per_s']:.1f} |"
-        )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return figures

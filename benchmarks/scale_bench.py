@@ -34,7 +34,7 @@ from agentgym.rollout.loop import RolloutConfig, collect
 CONFIG = RolloutConfig(mode="trajectory", max_turns=TURNS, sequence_length=4096, prefix_check="off")
 
 
-def manager(envs: int, cluster: Cluster | None) -> tuple[EnvManager, Any, Any]:
+def instant_manager(envs: int, cluster: Cluster | None) -> tuple[EnvManager, Any, Any]:
     """The instant env's manager of ``envs`` episodes (on ``cluster``'s workers if given)."""
     built, backend, chat = setup(envs)
     if cluster is None:
@@ -52,7 +52,7 @@ def manager(envs: int, cluster: Cluster | None) -> tuple[EnvManager, Any, Any]:
 
 def measure(envs: int, cluster: Cluster | None, rounds: int) -> dict[str, float]:
     """The best of ``rounds`` collections' ms per env-turn, and bytes per episode."""
-    placed, backend, chat = manager(envs, cluster)
+    placed, backend, chat = instant_manager(envs, cluster)
     try:
         best = float("inf")
         for _ in range(rounds):

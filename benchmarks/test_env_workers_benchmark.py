@@ -31,11 +31,11 @@ from typing import Any
 
 import pytest
 from env_workers_bench import WORKERS, Rollout, ray_cluster, solver_rollout
-from rollout_bench import TURNS, setup
+from rollout_bench import TURNS
+from scale_bench import CONFIG, instant_manager
 
 from agentgym.cluster import Cluster
-from agentgym.rollout.env_manager import EnvManager
-from agentgym.rollout.loop import RolloutConfig, collect
+from agentgym.rollout.loop import collect
 
 PLACES = ["in-process", f"{WORKERS} env workers"]
 
@@ -154,23 +154,10 @@ def test_manager_overhead_1024_envs(
 ) -> None:
     benchmark.group = "env workers: manager overhead (1,024 envs x 8 turns)"
     envs = 1024
-    manager, backend, chat = setup(envs)
-    cluster = _place(request, place)
-    if cluster is not None:
-        manager.close()
-        manager = EnvManager(
-            tags=["instant_bench"],
-            env_groups=envs,
-            group_size=1,
-            cluster=cluster,
-            max_env_num_per_worker=envs // WORKERS,
-        )
-    config = RolloutConfig(
-        mode="trajectory", max_turns=TURNS, sequence_length=4096, prefix_check="off"
-    )
+    manager, backend, chat = instant_manager(envs, _place(request, place))
 
     def run() -> int:
-        result = asyncio.run(collect(manager, backend, chat, config))
+        result = asyncio.run(collect(manager, backend, chat, CONFIG))
         return sum(len(t.turns) for t in result.trajectories)
 
     try:

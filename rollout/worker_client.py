@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from agentgym.cluster import RpcTimeoutError, WorkerDiedError, WorkerHandle
@@ -151,29 +152,23 @@ class WorkerChannel:
             self._reader = self._writer = None
 
 
+@dataclass(eq=False)
 class WorkerEnv:
     """Env ``index`` of an :class:`~agentgym.rollout.workers.EnvWorker`, through its channel.
 
-    Args:
+    Attributes:
         channel: The worker's channel.
         index: The env's index on the worker.
         render_mode: The env's render mode.
         restart_wait: Seconds a reset waits for a restarting worker to come back.
     """
 
-    def __init__(
-        self,
-        channel: WorkerChannel,
-        index: int,
-        render_mode: str | None,
-        *,
-        restart_wait: float = RESTART_WAIT,
-    ) -> None:
-        self.channel = channel
-        self.index = index
-        self.render_mode = render_mode
-        self.restart_wait = restart_wait
-        self._incarnation = ""
+    channel: WorkerChannel
+    index: int
+    render_mode: str | None
+    _: KW_ONLY
+    restart_wait: float = RESTART_WAIT
+    _incarnation: str = field(default="", init=False, repr=False)
 
     @property
     def handle(self) -> WorkerHandle:

@@ -140,6 +140,13 @@ def _finish(
     )  # fmt: skip
 
 
+def _check_weight(key: str, value: float, peer_default: str) -> None:
+    """Raise ValueError when the variant's weight ``key`` is negative (or NaN), with the
+    peer's default (``"ROLL's default: 0.1"``) as the fix."""
+    if not value >= 0:
+        raise ValueError(f"{key} must be >= 0, got {value} ({peer_default})")
+
+
 def _inputs(
     logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, args: VariantArgs
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -307,12 +314,8 @@ def topr(
             "topr splits samples by their score: pass scores ([B] episode scores), or set "
             "topr_advantage_threshold to split tokens by their advantage"
         )
-    for key, value in (
-        ("topr_positive_weight", topr_positive_weight),
-        ("topr_negative_weight", topr_negative_weight),
-    ):
-        if not value >= 0:
-            raise ValueError(f"{key} must be >= 0, got {value}")
+    _check_weight("topr_positive_weight", topr_positive_weight, "ROLL's default: 1.0")
+    _check_weight("topr_negative_weight", topr_negative_weight, "ROLL's default: 1.0")
     keep, log_ratio, ratio = _inputs(logprobs, old_logprobs, advantages, mask, args)
     if topr_advantage_threshold is None:
         assert scores is not None  # checked above
@@ -419,8 +422,7 @@ def kimi15(
         ValueError: On a negative ``kimi15_tau``, mismatched shapes or an unknown
             ``loss_agg_mode``.
     """
-    if not kimi15_tau >= 0:
-        raise ValueError(f"kimi15_tau must be >= 0, got {kimi15_tau}")
+    _check_weight("kimi15_tau", kimi15_tau, "ROLL's default: 0.1")
     keep, log_ratio, ratio = _inputs(logprobs, old_logprobs, advantages, mask, args)
     regularizer = 0.5 * kimi15_tau * log_ratio.square()  # [B, T], 0 off the mask
     per_token = _reinforce(torch.ones_like(ratio), logprobs, advantages, keep) + regularizer
@@ -456,8 +458,7 @@ def opmd(
         ValueError: On a negative ``opmd_tau``, mismatched shapes or an unknown
             ``loss_agg_mode``.
     """
-    if not opmd_tau >= 0:
-        raise ValueError(f"opmd_tau must be >= 0, got {opmd_tau} (Trinity's default: 1.0)")
+    _check_weight("opmd_tau", opmd_tau, "Trinity's default: 1.0")
     keep, log_ratio, ratio = _inputs(logprobs, old_logprobs, advantages, mask, args)
     scale = torch.full_like(ratio, 1.0 / (1.0 + opmd_tau))  # [B, T]
     per_token = _reinforce(scale, logprobs, advantages, keep)  # [B, T]

@@ -28,6 +28,11 @@ def _calc(a: int, op: str, b: int, result: int) -> str:
     return f"{a}{op}{b} = <<{a}{op}{b}={result}>>{result}"
 
 
+def _row(question: str, steps: list[str], result: int) -> dict[str, str]:
+    """A row: ``question``, and its worked ``steps`` (a line each) ending in ``#### result``."""
+    return {"question": question, "answer": "\n".join([*steps, f"#### {_n(result)}"])}
+
+
 def _name_and_item(rng: np.random.Generator) -> tuple[str, str]:
     return str(rng.choice(NAMES)), str(rng.choice(ITEMS))
 
@@ -37,14 +42,16 @@ def _half_as_many(rng: np.random.Generator) -> dict[str, str]:
     april = 2 * int(rng.integers(5, 60))
     may = april // 2
     total = april + may
-    return {
-        "question": f"{name} sold {item} to {april} of her friends in April, and then she sold "
+    return _row(
+        f"{name} sold {item} to {april} of her friends in April, and then she sold "
         f"half as many {item} in May. How many {item} did {name} sell altogether in April "
         "and May?",
-        "answer": f"{name} sold {_calc(april, '/', 2, may)} {item} in May.\n"
-        f"{name} sold {_calc(april, '+', may, total)} {item} altogether in April and May.\n"
-        f"#### {_n(total)}",
-    }
+        [
+            f"{name} sold {_calc(april, '/', 2, may)} {item} in May.",
+            f"{name} sold {_calc(april, '+', may, total)} {item} altogether in April and May.",
+        ],
+        total,
+    )
 
 
 def _change(rng: np.random.Generator) -> dict[str, str]:
@@ -53,13 +60,15 @@ def _change(rng: np.random.Generator) -> dict[str, str]:
     cost = count * price
     bill = 100 if cost < 100 else 200
     change = bill - cost
-    return {
-        "question": f"{name} buys {count} packs of {item} at ${price} each and pays with a "
+    return _row(
+        f"{name} buys {count} packs of {item} at ${price} each and pays with a "
         f"${bill} bill. How much change, in dollars, does {name} get back?",
-        "answer": f"The packs cost {_calc(count, '*', price, cost)} dollars.\n"
-        f"So {name} gets {_calc(bill, '-', cost, change)} dollars back.\n"
-        f"#### {_n(change)}",
-    }
+        [
+            f"The packs cost {_calc(count, '*', price, cost)} dollars.",
+            f"So {name} gets {_calc(bill, '-', cost, change)} dollars back.",
+        ],
+        change,
+    )
 
 
 def _boxes_left(rng: np.random.Generator) -> dict[str, str]:
@@ -68,13 +77,15 @@ def _boxes_left(rng: np.random.Generator) -> dict[str, str]:
     total = per_box * boxes
     given = int(rng.integers(1, total))
     left = total - given
-    return {
-        "question": f"A box holds {per_box} {item}. {name} has {boxes} full boxes and gives "
+    return _row(
+        f"A box holds {per_box} {item}. {name} has {boxes} full boxes and gives "
         f"away {given} {item}. How many {item} does {name} have left?",
-        "answer": f"{name} has {_calc(per_box, '*', boxes, total)} {item}.\n"
-        f"After giving some away, {_calc(total, '-', given, left)} are left.\n"
-        f"#### {_n(left)}",
-    }
+        [
+            f"{name} has {_calc(per_box, '*', boxes, total)} {item}.",
+            f"After giving some away, {_calc(total, '-', given, left)} are left.",
+        ],
+        left,
+    )
 
 
 def _wages(rng: np.random.Generator) -> dict[str, str]:
@@ -82,13 +93,15 @@ def _wages(rng: np.random.Generator) -> dict[str, str]:
     wage, hours, days = int(rng.integers(8, 40)), int(rng.integers(2, 9)), int(rng.integers(3, 8))
     daily = wage * hours
     total = daily * days
-    return {
-        "question": f"{name} earns ${wage} an hour and works {hours} hours a day. How many "
+    return _row(
+        f"{name} earns ${wage} an hour and works {hours} hours a day. How many "
         f"dollars does {name} earn in {days} days?",
-        "answer": f"In a day {name} earns {_calc(wage, '*', hours, daily)} dollars.\n"
-        f"In {days} days that is {_calc(daily, '*', days, total)} dollars.\n"
-        f"#### {_n(total)}",
-    }
+        [
+            f"In a day {name} earns {_calc(wage, '*', hours, daily)} dollars.",
+            f"In {days} days that is {_calc(daily, '*', days, total)} dollars.",
+        ],
+        total,
+    )
 
 
 def _free_seats(rng: np.random.Generator) -> dict[str, str]:
@@ -96,13 +109,15 @@ def _free_seats(rng: np.random.Generator) -> dict[str, str]:
     seats = rows * per_row
     taken = int(rng.integers(1, seats))
     free = seats - taken
-    return {
-        "question": f"A hall has {rows} rows of {per_row} seats. {_n(taken)} seats are taken. "
+    return _row(
+        f"A hall has {rows} rows of {per_row} seats. {_n(taken)} seats are taken. "
         "How many seats are free?",
-        "answer": f"The hall has {_calc(rows, '*', per_row, seats)} seats.\n"
-        f"So {_calc(seats, '-', taken, free)} seats are free.\n"
-        f"#### {_n(free)}",
-    }
+        [
+            f"The hall has {_calc(rows, '*', per_row, seats)} seats.",
+            f"So {_calc(seats, '-', taken, free)} seats are free.",
+        ],
+        free,
+    )
 
 
 TEMPLATES: tuple[Callable[[np.random.Generator], dict[str, str]], ...] = (

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from agentgym.envs.parsing import ParsedResponse
 from agentgym.envs.text_env import TextEnv, TurnResult
+from agentgym.envs.tools.protocol import format_call
 from agentgym.envs.tools.toolbox import MAX_CALLS_PER_TURN, MAX_RESULT_CHARS, ToolBox
 from agentgym.envs.tools.tools import Tool
 from agentgym.errors import check_choice
@@ -38,8 +39,8 @@ class ToolEnv(TextEnv):
     - :meth:`_new_task`: the episode's task, drawn from ``self.np_random``.
     - :meth:`_score`: the reward of an answer and whether it solves the task.
     - ``oracle_response()`` (optional): an expert's next response, for
-      ``agent=solver`` and warm starts; :meth:`_thinking` writes its
-      ``<think>`` part.
+      ``agent=solver`` and warm starts; :meth:`_expert` writes it from the
+      calls it makes or the answer it gives.
 
     It may add state to every ``info`` by extending :meth:`_info`.
 
@@ -109,9 +110,16 @@ class ToolEnv(TextEnv):
     def _score(self, answer: str) -> tuple[float, bool]:
         """Score the content of ``<answer>``: ``(reward, success)``."""
 
-    def _thinking(self, thought: str) -> str:
-        """``<think>thought</think>`` when the response format asks for it, else nothing."""
-        return f"<think>{thought}</think>" if self._think else ""
+    def _expert(
+        self, thought: str, *, calls: Sequence[tuple[str, dict[str, Any]]] = (), answer: str = ""
+    ) -> str:
+        """An expert's response: ``<think>thought</think>`` when the response format asks
+        for it, then ``calls`` (``(tool, arguments)`` pairs) in the tool-call protocol or,
+        with none, ``<answer>answer</answer>``."""
+        think = f"<think>{thought}</think>" if self._think else ""
+        if calls:
+            return think + "".join(format_call(name, arguments) for name, arguments in calls)
+        return f"{think}<answer>{answer}</answer>"
 
     # -- TextEnv hooks: the ToolBox parses and plays the turns ---------------------
 

@@ -7,7 +7,6 @@ from typing import Any, ClassVar
 
 from agentgym.envs.text_env import require_reset
 from agentgym.envs.tools.math_tool.problems import GENERATORS, Problem
-from agentgym.envs.tools.protocol import format_call
 from agentgym.envs.tools.sandbox import PythonSandbox, SandboxLimits
 from agentgym.envs.tools.tool_env import ToolEnv, task_kinds
 from agentgym.envs.tools.tools import Tool, ToolError
@@ -126,8 +125,8 @@ class MathToolEnv(ToolEnv):
     def oracle_response(self) -> str:
         """What an expert writes now: the solving program first, then the number it printed."""
         problem = require_reset(self.problem, "oracle_response()")
-        think = self._thinking("Compute it with Python.")
+        thought = "Compute it with Python."
         if not self.toolbox.last_results:
-            return think + format_call("python", {"code": problem.code})
+            return self._expert(thought, calls=[("python", {"code": problem.code})])
         printed = self.toolbox.last_results[-1].strip().splitlines()
-        return f"{think}<answer>{printed[-1] if printed else ''}</answer>"
+        return self._expert(thought, answer=printed[-1] if printed else "")

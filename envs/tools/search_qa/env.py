@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from agentgym.envs.text_env import require_reset
-from agentgym.envs.tools.protocol import format_call
 from agentgym.envs.tools.search_qa.kb import generate_kb
 from agentgym.envs.tools.search_qa.questions import (
     GENERATORS,
@@ -138,10 +137,11 @@ class SearchQAEnv(ToolEnv):
     def oracle_response(self) -> str:
         """What an expert writes now: the next planned searches, then the answer."""
         task = require_reset(self.task, "oracle_response()")
-        think = self._thinking("Search for it.")
         done = self.toolbox.num_tool_calls
         for queries in task.plan:
             if done == 0:
-                return think + "".join(format_call("search", {"query": q}) for q in queries)
+                return self._expert(
+                    "Search for it.", calls=[("search", {"query": q}) for q in queries]
+                )
             done -= len(queries)
-        return f"{think}<answer>{task.answer}</answer>"
+        return self._expert("Search for it.", answer=task.answer)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agentgym.envs.text_env import require_reset
-from agentgym.envs.tools.protocol import format_call
 from agentgym.envs.tools.sandbox.sql import QueryError, SQLSandbox
 from agentgym.envs.tools.sql.database import SCHEMA, generate_shop, write_database
 from agentgym.envs.tools.sql.questions import TEMPLATES, SQLQuestion, make_question, same_result
@@ -132,10 +131,8 @@ class SQLEnv(ToolEnv):
     def oracle_response(self) -> str:
         """What an expert writes now: run the gold query once, then answer with it."""
         task = require_reset(self.task, "oracle_response()")
-        think = self._thinking("Query the tables.")
-        if not self.toolbox.last_results:
-            return think + format_call("sql", {"query": task.gold_sql})
-        return f"{think}<answer>{task.gold_sql}</answer>"
+        calls = [] if self.toolbox.last_results else [("sql", {"query": task.gold_sql})]
+        return self._expert("Query the tables.", calls=calls, answer=task.gold_sql)
 
     def close(self) -> None:
         """Close the current episode's database and delete its file."""

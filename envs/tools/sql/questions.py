@@ -33,6 +33,10 @@ class SQLQuestion:
     gold_sql: str
 
 
+Drawn = tuple[str, str] | None
+"""What a template draws: the question and its gold query, or None (degenerate here)."""
+
+
 def _choice(rng: np.random.Generator, options: Sequence[Any]) -> Any:
     return options[int(rng.integers(len(options)))]
 
@@ -51,21 +55,19 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def count_city(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None:
+def count_city(rng: np.random.Generator, shop: ShopData) -> Drawn:
     city = _city(rng, shop)
-    return SQLQuestion(
-        "count_city",
+    return (
         f"How many customers live in {city}?",
         f"SELECT COUNT(*) FROM customers WHERE city = {_quote(city)}",
     )
 
 
-def pricey_products(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None:
+def pricey_products(rng: np.random.Generator, shop: ShopData) -> Drawn:
     category = _category(rng, shop)
     prices = sorted(p[3] for p in shop.products if p[2] == category)
     threshold = prices[(len(prices) - 1) // 2] - 0.01  # at least half of them are above
-    return SQLQuestion(
-        "pricey_products",
+    return (
         f"List the names of the products in the {category!r} category that cost more than "
         f"{threshold:.2f}.",
         f"SELECT name FROM products WHERE category = {_quote(category)} "
@@ -73,14 +75,13 @@ def pricey_products(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | N
     )
 
 
-def units_ordered(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None:
+def units_ordered(rng: np.random.Generator, shop: ShopData) -> Drawn:
     live = {o[0] for o in shop.orders if o[3] != "cancelled"}
     ordered = sorted({i[1] for i in shop.order_items if i[0] in live})
     if not ordered:
         return None
     name = shop.products[_choice(rng, ordered) - 1][1]
-    return SQLQuestion(
-        "units_ordered",
+    return (
         f"How many units of the product {name!r} were ordered in total, counting only orders "
         "that were not cancelled?",
         "SELECT SUM(oi.quantity) FROM order_items oi JOIN orders o ON o.id = oi.order_id "
@@ -89,19 +90,17 @@ def units_ordered(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | Non
     )
 
 
-def customers_in_year(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None:
+def customers_in_year(rng: np.random.Generator, shop: ShopData) -> Drawn:
     year = _choice(rng, sorted({o[2] for o in shop.orders}))
-    return SQLQuestion(
-        "customers_in_year",
+    return (
         f"List the names of the customers who placed at least one order in {year}.",
         "SELECT DISTINCT c.name FROM customers c JOIN orders o ON o.customer_id = c.id "
         f"WHERE o.order_year = {year}",
     )
 
 
-def revenue_by_category(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None:
-    return SQLQuestion(
-        "revenue_by_category",
+def revenue_by_category(rng: np.random.Generator, shop: ShopData) -> Drawn:
+    return (
         "For each product category with shipped orders, give the category and its total "
         "revenue (quantity times price) from shipped orders.",
         "SELECT p.category, ROUND(SUM(oi.quantity * p.price), 2) FROM order_items oi "
@@ -110,58 +109,57 @@ def revenue_by_category(rng: np.random.Generator, shop: ShopData) -> SQLQuestion
     )
 
 
-def top_customer(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None:
+def top_customer(rng: np.random.Generator, shop: ShopData) -> Drawn:
     counts = Counter(o[1] for o in shop.orders).most_common(2)
     if len(counts) > 1 and counts[0][1] == counts[1][1]:
         return None  # a tie: "the customer" would be ambiguous
-    return SQLQuestion(
-        "top_customer",
+    return (
         "Which customer placed the most orders? Give their name.",
         "SELECT c.name FROM customers c JOIN orders o ON o.customer_id = c.id "
         "GROUP BY c.id ORDER BY COUNT(*) DESC LIMIT 1",
     )
 
 
-def average_price(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None:
+def average_price(rng: np.random.Generator, shop: ShopData) -> Drawn:
     category = _category(rng, shop)
-    return SQLQuestion(
-        "average_price",
+    return (
         f"What is the average price of the products in the {category!r} category?",
         f"SELECT AVG(price) FROM products WHERE category = {_quote(category)}",
     )
 
 
-def never_ordered(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None:
+def never_ordered(rng: np.random.Generator, shop: ShopData) -> Drawn:
     if len({o[1] for o in shop.orders}) == len(shop.customers):
         return None
-    return SQLQuestion(
-        "never_ordered",
+    return (
         "List the names of the customers who have never placed an order.",
         "SELECT name FROM customers WHERE id NOT IN (SELECT customer_id FROM orders)",
     )
 
 
-def status_in_city(rng: np.random.Generator, shop: ShopData) -> SQLQuestion | None:
+def status_in_city(rng: np.random.Generator, shop: ShopData) -> Drawn:
     city = _city(rng, shop)
     status = _choice(rng, ["shipped", "pending", "cancelled"])
-    return SQLQuestion(
-        "status_in_city",
+    return (
         f"How many {status} orders were placed by customers who live in {city}?",
         "SELECT COUNT(*) FROM orders o JOIN customers c ON c.id = o.customer_id "
         f"WHERE o.status = {_quote(status)} AND c.city = {_quote(city)}",
     )
 
 
-TEMPLATES: dict[str, Callable[[np.random.Generator, ShopData], SQLQuestion | None]] = {
-    "count_city": count_city,
-    "pricey_products": pricey_products,
-    "units_ordered": units_ordered,
-    "customers_in_year": customers_in_year,
-    "revenue_by_category": revenue_by_category,
-    "top_customer": top_customer,
-    "average_price": average_price,
-    "never_ordered": never_ordered,
-    "status_in_city": status_in_city,
+TEMPLATES: dict[str, Callable[[np.random.Generator, ShopData], Drawn]] = {
+    template.__name__: template
+    for template in (
+        count_city,
+        pricey_products,
+        units_ordered,
+        customers_in_year,
+        revenue_by_category,
+        top_customer,
+        average_price,
+        never_ordered,
+        status_in_city,
+    )
 }
 """Question templates by name."""
 
@@ -176,12 +174,10 @@ def make_question(
             templates fall back on one another).
     """
     for _ in range(50):
-        question = TEMPLATES[_choice(rng, kinds)](rng, shop)
-        if question is not None and conn.execute(question.gold_sql).fetchall() not in (
-            [],
-            [(None,)],
-        ):
-            return question
+        kind = _choice(rng, kinds)
+        drawn = TEMPLATES[kind](rng, shop)
+        if drawn is not None and conn.execute(drawn[1]).fetchall() not in ([], [(None,)]):
+            return SQLQuestion(kind, *drawn)
     raise RuntimeError(f"no usable question among {list(kinds)} for this database")
 
 
