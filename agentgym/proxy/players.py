@@ -42,10 +42,10 @@ from agentgym.trajectory import Trajectory
 if TYPE_CHECKING:
     from agentgym.rollout.engines import EngineClient
 
-_EPISODE = ("seed", "group_id", "reset_options")
+_FROM_ASSIGNMENT = ("seed", "group_id", "reset_options")
 """The :class:`AgentTask` fields that an episode's assignment holds under the same names."""
 
-_LIMITS = ("max_turns", "mode", "history_length", "strip_think_history")
+_FROM_ROLLOUT_CONFIG = ("max_turns", "mode", "history_length", "strip_think_history")
 """The :class:`AgentTask` fields that the rollout config holds under the same names."""
 
 
@@ -200,8 +200,8 @@ class ProxyPlayer:
             env_index=slot.index,
             max_actions=config.max_actions_per_traj,
             env=env,
-            **{name: getattr(assignment, name) for name in _EPISODE},
-            **{name: getattr(config, name) for name in _LIMITS},
+            **{name: getattr(assignment, name) for name in _FROM_ASSIGNMENT},
+            **{name: getattr(config, name) for name in _FROM_ROLLOUT_CONFIG},
         )
         result: AgentResult | None = None
         try:
