@@ -5,12 +5,14 @@ and plugin envs given a config entry."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import hydra
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 import agentgym
 from agentgym.errors import ConfigError, did_you_mean
@@ -28,6 +30,25 @@ def config_errors() -> Iterator[None]:
         print(f"config error: {error}", file=sys.stderr)
         _write_into_run_folder(f"config error: {error}")
         sys.exit(2)
+
+
+def run_hydra(run: Callable[[DictConfig], None], config: str, arguments: Sequence[str]) -> None:
+    """Compose ``configs/<config>.yaml`` with ``arguments`` (Hydra's command line:
+    ``key=value`` overrides, ``--help``, ...) and call ``run`` on it, a config error
+    ending the process as :func:`config_errors` says.
+
+    Hydra unwraps the function it is given (``__wrapped__``): the job is named after
+    ``run``'s module (the run folder's ``train.log``, ``eval.log``), as if ``run`` itself
+    were decorated.
+    """
+
+    @functools.wraps(run)
+    def checked(cfg: DictConfig) -> None:
+        with config_errors():
+            run(cfg)
+
+    sys.argv[1:] = list(arguments)  # Hydra reads its command line from sys.argv
+    hydra.main(version_base=None, config_path="configs", config_name=config)(checked)()
 
 
 def _write_into_run_folder(line: str) -> None:

@@ -30,14 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import hydra
 import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from agentgym.builders.engines import generation_backend
 from agentgym.builders.rollouts import episode_players, val_rollout
-from agentgym.command_line import config_errors, open_mapping_overrides, register_env_configs
+from agentgym.command_line import open_mapping_overrides, register_env_configs, run_hydra
 from agentgym.envs.adapter import make_text_env
 from agentgym.envs.scripted import AGENTS
 from agentgym.envs.text_env import TextEnv
@@ -330,20 +329,12 @@ def run(cfg: DictConfig) -> None:
         sys.exit(1)
 
 
-@hydra.main(version_base=None, config_path="configs", config_name="eval")
-def _hydra_main(cfg: DictConfig) -> None:
-    with config_errors():
-        run(cfg)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m agentgym.eval [key=value ...]`` (``agentgym eval``): see
     ``configs/eval.yaml``; ``argv`` replaces the command line's arguments."""
-    if argv is not None:
-        sys.argv[1:] = list(argv)
     register_env_configs()  # env=<plugin name> works without a YAML file
-    sys.argv[1:] = open_mapping_overrides(sys.argv[1:])  # env.kwargs.x=1 needs no '+'
-    _hydra_main()
+    arguments = sys.argv[1:] if argv is None else argv
+    run_hydra(run, "eval", open_mapping_overrides(arguments))  # env.kwargs.x=1 needs no '+'
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from agentgym import stopping
@@ -23,6 +22,7 @@ from agentgym.command_line import (
     config_file_arguments,
     own_run_folder,
     register_env_configs,
+    run_hydra,
 )
 from agentgym.console import announce
 from agentgym.errors import ConfigError
@@ -87,33 +87,25 @@ def run(cfg: DictConfig) -> None:
     run_mode(config, resolved, started)
 
 
-@hydra.main(version_base=None, config_path="configs", config_name="config")
-def _hydra_main(cfg: DictConfig) -> None:
-    with config_errors():
-        run(cfg)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m agentgym.train [key=value ...]`` (``agentgym train``): see
     ``configs/config.yaml``; ``argv`` replaces the command line's arguments."""
-    if argv is not None:
-        sys.argv[1:] = list(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
     # SIGTERM unwinds like Ctrl-C, so the generation engine's process is shut down too
     stopping.install()
     try:
         register_env_configs()
         with config_errors():
-            sys.argv[1:] = config_file_arguments(sys.argv[1:])
-            trinity = trinity_arguments(sys.argv[1:])
+            arguments = config_file_arguments(arguments)
+            trinity = trinity_arguments(arguments)
             if trinity is not None:  # one of Trinity-RFT's files: agentgym's arguments
                 arguments, translation = trinity
                 for note in translation.notes:
                     announce(f"Trinity config: {note}")
                 if translation.changes:
                     announce(translation.table())
-                sys.argv[1:] = arguments
-            sys.argv[1:] = check_overrides(own_run_folder(sys.argv[1:]))
-        _hydra_main()
+            arguments = check_overrides(own_run_folder(arguments))
+        run_hydra(run, "config", arguments)
     except KeyboardInterrupt as interrupt:  # before run() knew the run
         sys.exit(stopping.report(interrupt))
 

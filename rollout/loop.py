@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -122,17 +122,12 @@ class EpisodePlayer(Protocol):
         ...
 
 
-class PlayerFactory(Protocol):
-    """Makes the :class:`EpisodePlayer` of a collection (``EpisodeRunner`` itself is one);
-    the build floor picks it (``agent.kind``)."""
-
-    def __call__(
-        self,
-        backend: GenerationBackend,
-        chat: ChatTokenizer,
-        config: RolloutConfig,
-        policy_version: int,
-    ) -> EpisodePlayer: ...
+PlayerFactory: TypeAlias = Callable[
+    [GenerationBackend, ChatTokenizer, RolloutConfig, int], EpisodePlayer
+]
+"""Makes the :class:`EpisodePlayer` of a collection from its backend, chat, rollout config
+and policy version (``EpisodeRunner`` itself is one); the build floor picks it
+(``agent.kind``)."""
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}

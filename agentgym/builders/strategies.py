@@ -13,6 +13,16 @@ from agentgym.trainers.strategies import Critic, Strategy
 from agentgym.trainers.strategies.lora import lora_settings
 from agentgym.trainers.strategies.optim import OptimizerConfig, optimizer_steps
 
+_OPTIMIZER_KEYS = (
+    "learning_rate",
+    "weight_decay",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "warmup_ratio",
+)
+"""The :class:`OptimizerConfig` fields that ``training_args`` holds under the same names
+(Adam's betas keep their default)."""
+
 
 def _training_settings(config: TrainConfig, role_name: str, *, passes: int) -> dict[str, Any]:
     """What a training role (``actor_train``, ``critic``) gives its strategy: model,
@@ -21,12 +31,7 @@ def _training_settings(config: TrainConfig, role_name: str, *, passes: int) -> d
     role = getattr(config, role_name)
     args = role.training_args
     optimizer = OptimizerConfig(
-        learning_rate=args.learning_rate,
-        weight_decay=args.weight_decay,
-        betas=OptimizerConfig.betas,
-        lr_scheduler_type=args.lr_scheduler_type,
-        warmup_steps=args.warmup_steps,
-        warmup_ratio=args.warmup_ratio,
+        **{name: getattr(args, name) for name in _OPTIMIZER_KEYS},
         total_steps=optimizer_steps(
             max_steps=config.max_steps,
             rollout_batch_size=config.rollout_batch_size,

@@ -36,15 +36,18 @@ keyword arguments of :mod:`agentgym.trainers.pg_variants`)."""
 ROLES = ("actor_train", "actor_infer", "critic", "reference")
 
 COMPANIONS = {
-    "max_tokens_per_microbatch_in_train": "use_dynamic_batching_in_train",
-    "sequence_length_round_in_train": "use_dynamic_batching_in_train",
-    "max_tokens_per_microbatch_in_infer": "use_dynamic_batching_in_infer",
-    "sequence_length_round_in_infer": "use_dynamic_batching_in_infer",
-    "model_args.lora_rank": "model_args.lora_target",
-    "model_args.lora_alpha": "model_args.lora_target",
+    "use_dynamic_batching_in_train": (
+        "max_tokens_per_microbatch_in_train",
+        "sequence_length_round_in_train",
+    ),
+    "use_dynamic_batching_in_infer": (
+        "max_tokens_per_microbatch_in_infer",
+        "sequence_length_round_in_infer",
+    ),
+    "model_args.lora_target": ("model_args.lora_rank", "model_args.lora_alpha"),
 }
-"""Per-role key -> the switch it only matters with (ROLL ignores it with the switch off,
-and so does the translation, with a note; the schema would refuse it)."""
+"""Per-role switch -> the keys that only matter with it on (ROLL ignores them with the
+switch off, and so does the translation, with a note; the schema would refuse them)."""
 
 GIGPO_KEYS = ("episode_reward_weight", "step_reward_weight", "step_reward_gamma")
 """ROLL's GiGPO weights and step discount (read only with ``adv_estimator: gigpo``)."""
@@ -188,11 +191,15 @@ def _companions(data: dict[str, Any], notes: list[str]) -> None:
         section = data.get(role)
         if not isinstance(section, dict):
             continue
-        on = {switch: bool(_get_path(section, switch)) for switch in set(COMPANIONS.values())}
-        for key, switch in COMPANIONS.items():
-            value = None if on[switch] else _pop_path(section, key)
-            if value is not None:
-                notes.append(f"{role}.{key}={value} dropped: ROLL reads it only with {switch} on")
+        for switch, keys in COMPANIONS.items():
+            if _get_path(section, switch):
+                continue
+            for key in keys:
+                value = _pop_path(section, key)
+                if value is not None:
+                    notes.append(
+                        f"{role}.{key}={value} dropped: ROLL reads it only with {switch} on"
+                    )
 
 
 LORA_KEYS = ("lora_target", "lora_rank", "lora_alpha")

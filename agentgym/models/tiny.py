@@ -69,6 +69,17 @@ class TinyModelSpec:
     seed: int = 0
 
 
+_QWEN2_SHAPE = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "max_position_embeddings",
+)
+"""The :class:`TinyModelSpec` fields that ``Qwen2Config`` takes under the same names."""
+
+
 def build_model(tokenizer: Any, spec: TinyModelSpec) -> Any:
     """A randomly initialised ``Qwen2ForCausalLM`` sized by ``spec`` for ``tokenizer``.
 
@@ -86,16 +97,11 @@ def build_model(tokenizer: Any, spec: TinyModelSpec) -> Any:
         )
     config = Qwen2Config(
         vocab_size=len(tokenizer),
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        max_position_embeddings=spec.max_position_embeddings,
         tie_word_embeddings=False,
         bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
+        **{name: getattr(spec, name) for name in _QWEN2_SHAPE},
     )
     torch.manual_seed(spec.seed)
     return Qwen2ForCausalLM(config).eval()

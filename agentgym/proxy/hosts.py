@@ -55,6 +55,10 @@ class OpenedSession:
     token: str
 
 
+_RECORDED = ("turns", "conversation", "tools", "ending", "error")
+"""The :class:`Recording` fields that a session's recorder holds under the same names."""
+
+
 @dataclass
 class Recording:
     """A finished session: what the proxy recorded and what the agent reported.
@@ -81,16 +85,8 @@ class Recording:
     @classmethod
     def of(cls, session: Session) -> Recording:
         """``session``'s recording, as it stands."""
-        recorder = session.recorder
-        return cls(
-            turns=recorder.turns,
-            conversation=recorder.conversation,
-            tools=recorder.tools,
-            ending=recorder.ending,
-            error=recorder.error,
-            late_calls=session.late_calls,
-            feedback=session.feedback,
-        )
+        recorded = {name: getattr(session.recorder, name) for name in _RECORDED}
+        return cls(**recorded, late_calls=session.late_calls, feedback=session.feedback)
 
 
 class SessionHost(Protocol):

@@ -42,6 +42,12 @@ from agentgym.trajectory import Trajectory
 if TYPE_CHECKING:
     from agentgym.rollout.engines import EngineClient
 
+_FROM_ASSIGNMENT = ("seed", "group_id", "reset_options")
+"""The :class:`AgentTask` fields that an episode's assignment holds under the same names."""
+
+_FROM_ROLLOUT_CONFIG = ("max_turns", "mode", "history_length", "strip_think_history")
+"""The :class:`AgentTask` fields that the rollout config holds under the same names."""
+
 
 @dataclass(frozen=True)
 class AgentSettings:
@@ -187,19 +193,15 @@ class ProxyPlayer:
         """Run the runner on ``opened`` within ``agent.timeout``; the session's recording
         and the runner's report (None when it failed: ``trajectory.error`` says why)."""
         config, settings = self.config, self.players.settings
+        slot = assignment.slot
         task = AgentTask(
-            seed=assignment.seed,
-            env_name=assignment.slot.name,
-            tag=assignment.slot.tag,
-            group_id=assignment.group_id,
-            env_index=assignment.slot.index,
-            reset_options=assignment.reset_options,
-            max_turns=config.max_turns,
+            env_name=slot.name,
+            tag=slot.tag,
+            env_index=slot.index,
             max_actions=config.max_actions_per_traj,
-            mode=config.mode,
-            history_length=config.history_length,
-            strip_think_history=config.strip_think_history,
             env=env,
+            **{name: getattr(assignment, name) for name in _FROM_ASSIGNMENT},
+            **{name: getattr(config, name) for name in _FROM_ROLLOUT_CONFIG},
         )
         result: AgentResult | None = None
         try:

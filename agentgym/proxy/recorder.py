@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 from agentgym.proxy.messages import (
@@ -111,10 +111,11 @@ class _Response:
     ids: list[int]
 
 
+@dataclass(eq=False)
 class SessionRecorder:
     """The recording of one session (one episode of one agent).
 
-    Args:
+    Attributes:
         backend: The policy's generation backend.
         chat: The policy's chat template and tokenizer.
         config: Rollout limits, sampling and mode (its stop ids hold the end-of-turn ids).
@@ -123,39 +124,33 @@ class SessionRecorder:
         policy_version: Recorded where the backend reports no version.
         backend_env: What the backend's ``env=`` receives (a scripted policy reads it).
         session: The session's name (tool-call ids).
+        turns: The model calls, token for token.
+        prefix_breaks: Requests that started a new sample (``trajectory`` mode).
+        ending: Why the proxy refused to go on (``max_length``, ``max_turns``,
+            ``generation_error``), or None.
+        error: The generation error's text, if any.
+        conversation: The last request's messages and the reply (the trajectory's
+            ``messages``).
+        tools: The last request's tool schemas.
     """
 
-    def __init__(
-        self,
-        backend: GenerationBackend,
-        chat: ChatTokenizer,
-        config: RolloutConfig,
-        *,
-        group_id: int = 0,
-        env_index: int = 0,
-        policy_version: int = 0,
-        backend_env: Any = None,
-        session: str = "session",
-    ) -> None:
-        self.backend = backend
-        self.chat = chat
-        self.config = config
-        self.group_id = group_id
-        self.env_index = env_index
-        self.policy_version = policy_version
-        self.backend_env = backend_env
-        self.session = session
-        self.turns: list[Turn] = []
-        self.prefix_breaks = 0
-        self.ending: str | None = None
-        """Why the proxy refused to go on (``max_length``, ``max_turns``,
-        ``generation_error``), or None."""
-        self.error: str | None = None
-        self.conversation: list[Message] = []
-        """The last request's messages and the reply (the trajectory's ``messages``)."""
-        self.tools: list[dict[str, Any]] = []
-        self._history: list[int] = []  # ids of the current sample (trajectory mode)
-        self._responses: list[_Response] = []
+    backend: GenerationBackend
+    chat: ChatTokenizer
+    config: RolloutConfig
+    _: KW_ONLY
+    group_id: int = 0
+    env_index: int = 0
+    policy_version: int = 0
+    backend_env: Any = None
+    session: str = "session"
+    turns: list[Turn] = field(default_factory=list, init=False)
+    prefix_breaks: int = field(default=0, init=False)
+    ending: str | None = field(default=None, init=False)
+    error: str | None = field(default=None, init=False)
+    conversation: list[Message] = field(default_factory=list, init=False)
+    tools: list[dict[str, Any]] = field(default_factory=list, init=False)
+    _history: list[int] = field(default_factory=list, init=False)  # the current sample's ids
+    _responses: list[_Response] = field(default_factory=list, init=False)
 
     async def chat_completion(
         self,
@@ -174,7 +169,8 @@ class SessionRecorder:
         ordered = [canonical(message) for message in messages]
         tool_list = [dict(tool) for tool in tools or ()]
         prompt, segment, starts = self._prompt(ordered, tool_list)
-        text, ids, logprobs, finish, version = await self._generate(prompt, params)
+        turn = await self._generate(prompt, params, segment, last_observation(ordered))
+        text, ids = turn.response_text, turn.response_ids
         content, calls = (
             parse_tool_calls(text, f"call_{self.session}_{len(self.turns)}")
             if tool_list and params.parse_tools
@@ -183,25 +179,33 @@ class SessionRecorder:
         reply_message: Message = {"role": "assistant", "content": content}
         if calls:
             reply_message["tool_calls"] = calls
-            finish = "tool_calls" if finish == "stop" else finish
-        self._record(segment, ids, logprobs, finish, version, text, last_observation(ordered))
-        self.turns[-1].starts_sample = starts
+            if turn.finish_reason == "stop":
+                turn.finish_reason = "tool_calls"
+        turn.starts_sample = starts
+        self.turns.append(turn)
         self._history = prompt + ids
         self._responses.append(_Response(reply_message, text, ids))
         self.conversation = [*ordered, reply_message]
         self.tools = tool_list
-        return Reply(content, calls, ids, logprobs, finish, len(prompt))
+        return Reply(content, calls, ids, turn.logprobs, turn.finish_reason, len(prompt))
 
     async def completion(self, prompt: str | Sequence[int], params: RequestParams) -> Reply:
         """Generate and record one plain completion (``/v1/completions``): the prompt's
         ids as given, or the text's tokenization; each request is a sample of its own."""
         ids_in = self.chat.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         self._check_room(ids_in, params)
-        text, ids, logprobs, finish, version = await self._generate(ids_in, params)
-        self._record(ids_in, ids, logprobs, finish, version, text, "")
-        self.turns[-1].starts_sample = bool(self.turns[:-1])
+        turn = await self._generate(ids_in, params, ids_in, "")
+        turn.starts_sample = bool(self.turns)
+        self.turns.append(turn)
         self._history = []  # a chat request after it starts a new sample
-        return Reply(text, [], ids, logprobs, finish, len(ids_in))
+        return Reply(
+            turn.response_text,
+            [],
+            turn.response_ids,
+            turn.logprobs,
+            turn.finish_reason,
+            len(ids_in),
+        )
 
     # -- prompts --------------------------------------------------------------------
 
@@ -292,8 +296,10 @@ class SessionRecorder:
         )
 
     async def _generate(
-        self, prompt: list[int], params: RequestParams
-    ) -> tuple[str, list[int], list[float], str, int]:
+        self, prompt: list[int], params: RequestParams, recorded: list[int], observation: str
+    ) -> Turn:
+        """Generate on ``prompt``; the turn that records it (``recorded``: the prompt ids it
+        adds, ``observation``: the text it answers), not yet appended."""
         try:
             sampling = self._sampling(params)
         except ValueError as error:
@@ -314,7 +320,15 @@ class SessionRecorder:
                 ids, logprobs, text, finish, params.stop
             )
         version = generation.policy_version
-        return text, ids, logprobs, finish, self.policy_version if version is None else version
+        return Turn(
+            prompt_ids=list(recorded),
+            response_ids=ids,
+            logprobs=logprobs,
+            response_text=text,
+            finish_reason=finish,
+            observation=observation,
+            policy_version=self.policy_version if version is None else version,
+        )
 
     def _cut_at_stop(
         self, ids: list[int], logprobs: list[float], text: str, finish: str, stop: tuple[str, ...]
@@ -331,28 +345,6 @@ class SessionRecorder:
             if any(s and partial.find(s) == at for s in stop):
                 return ids[:count], logprobs[:count], text[:at], "stop"
         return ids, logprobs, text[:at], "stop"
-
-    def _record(
-        self,
-        prompt_ids: list[int],
-        ids: list[int],
-        logprobs: list[float],
-        finish: str,
-        version: int,
-        text: str,
-        observation: str,
-    ) -> None:
-        self.turns.append(
-            Turn(
-                prompt_ids=list(prompt_ids),
-                response_ids=ids,
-                logprobs=logprobs,
-                response_text=text,
-                finish_reason=finish,
-                observation=observation,
-                policy_version=version,
-            )
-        )
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         """Each token's text (a response's ``logprobs`` entries)."""
