@@ -46,6 +46,7 @@ from typing import Any
 
 from compare_trl_overhead import OVERHEAD_SETUPS, print_overhead, rollout_overhead
 from compare_trl_runs import ENGINES, FRAMEWORKS, GROUP_SIZE, GROUPS, OURS_LIKE, build_model, worker
+from machine import machine, print_machine
 
 
 def measure(framework: str, engine: str, model: Path, steps: int) -> dict[str, Any]:
@@ -66,8 +67,11 @@ def summary(figures: dict[str, Any], warmup: int) -> dict[str, Any]:
     """A run's medians after ``warmup`` steps, with its raw figures."""
     seconds = statistics.median(figures["step_seconds"][warmup:])
     tokens = statistics.median(figures["tokens"][warmup:])
+    rollout = statistics.median(figures["rollout_seconds"][warmup:])
     return {
         "s_per_step": seconds,
+        "rollout_s": rollout,  # generation and reward (TRL: _generate_and_score_completions)
+        "update_s": seconds - rollout,
         "samples_per_s": GROUPS * GROUP_SIZE / seconds,
         "tokens_per_s": tokens / seconds,
         "peak_rss_mb": figures["peak_rss_mb"],
@@ -90,7 +94,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=2, help="steps of a run not counted")
+    parser.add_argument(
+        "--warmup-runs", type=int, default=1, help="untimed like-for-like runs before round 1"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--overhead-only", action="store_true", help="only the rollout overhead table"
@@ -106,7 +113,14 @@ def main() -> None:
     if args.overhead_only:
         print_overhead([rollout_overhead(*setup) for setup in OVERHEAD_SETUPS])
         return
+    settings = {**machine(), **probe_threads()}
+    print("machine and thread settings (the workers' as a fresh process gets them):")
+    print_machine(settings)
     model = build_model(Path(tempfile.gettempdir()) / "agentgym-compare-trl")
+    for _ in range(args.warmup_runs):  # the first runs of a machine load files cold
+        for framework, engine in (("agentgym", OURS_LIKE), ("trl", "hf")):
+            seconds = statistics.median(measure(framework, engine, model, 2)["step_seconds"])
+            print(f"warm-up  {framework:8} {engine:6} {seconds:.3f} s/step (not counted)")
     rounds = []
     for number in range(args.rounds):
         order = FRAMEWORKS if number % 2 == 0 else FRAMEWORKS[::-1]
@@ -123,7 +137,24 @@ def main() -> None:
     overhead = [rollout_overhead(*setup) for setup in OVERHEAD_SETUPS]
     print_tables(rounds, overhead)
     if args.json:
-        args.json.write_text(json.dumps({"rounds": rounds, "overhead": overhead}, indent=1))
+        figures = {"machine": settings, "rounds": rounds, "overhead": overhead}
+        args.json.write_text(json.dumps(figures, indent=1))
+
+
+def probe_threads() -> dict[str, Any]:
+    """The thread settings a fresh worker process gets (both frameworks' workers run
+    with this environment; neither changes its thread count)."""
+    code = "import json, machine; print(json.dumps(machine.thread_settings()))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parent,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
+    settings: dict[str, Any] = json.loads(done.stdout)
+    return {f"worker_{key}": value for key, value in settings.items()}
 
 
 FIGURES = (
@@ -155,6 +186,17 @@ def print_tables(rounds: list[dict[str, Any]], overhead: list[dict[str, Any]]) -
                 f"| {name} ({engines['agentgym']} vs {engines['trl']}) | {label} | "
                 f"{ours:.3f} | {theirs:.3f} | {ratio:.2f}× |"
             )
+    print("\nper round (TRL's seconds per step over ours), and where each side's step goes:\n")
+    print("| round | like | best | ours like: rollout + update, s | TRL: rollout + update, s |")
+    print("|---|---|---|---|---|")
+    for number, pair in enumerate(pairs, 1):
+        ratio = {n: pair[n]["trl"]["s_per_step"] / pair[n]["agentgym"]["s_per_step"] for n in pair}
+        ours, theirs = pair["like"]["agentgym"], pair["like"]["trl"]
+        print(
+            f"| {number} | {ratio['like']:.2f}× | {ratio['best']:.2f}× "
+            f"| {ours['rollout_s']:.3f} + {ours['update_s']:.3f} "
+            f"| {theirs['rollout_s']:.3f} + {theirs['update_s']:.3f} |"
+        )
     print("\nmean reward per step (over rounds):\n")
     columns = [f"agentgym/{OURS_LIKE}", *(f"{f}/{e}" for e in ENGINES for f in FRAMEWORKS)]
     print("| step | " + " | ".join(columns) + " |")

@@ -99,6 +99,7 @@ def run_ours(engine: str, model: Path, steps: int, out: Path) -> dict[str, Any]:
     return {
         "step_seconds": [r["time/step"] for r in rows],
         "rollout_seconds": [r["time/rollout"] for r in rows],
+        "train_seconds": [r["time/train"] for r in rows],
         "tokens": [r["train/all/response_tokens"] * GROUPS * GROUP_SIZE for r in rows],
         "reward": [r["train/all/score"] for r in rows],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
@@ -142,6 +143,17 @@ def run_trl(engine: str, model: Path, steps: int, out: Path) -> dict[str, Any]:
         def on_log(self, args: Any, state: Any, control: Any, logs_: Any = None, **kw: Any) -> None:
             logs.append(dict(kw.get("logs") or logs_ or {}))
 
+    generating: list[float] = []
+    original = GRPOTrainer._generate_and_score_completions
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:  # TRL's rollout, timed
+        started = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            generating.append(time.perf_counter() - started)
+
+    GRPOTrainer._generate_and_score_completions = timed
     vllm = engine == "vllm"
     if vllm:
         colocated_reload()
@@ -185,6 +197,7 @@ def run_trl(engine: str, model: Path, steps: int, out: Path) -> dict[str, Any]:
     step_logs = [entry for entry in logs if "reward" in entry]
     return {
         "step_seconds": list(np.diff(marks)),
+        "rollout_seconds": generating,
         "tokens": [e["completions/mean_length"] * GROUPS * GROUP_SIZE for e in step_logs],
         "reward": [e["reward"] for e in step_logs],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
