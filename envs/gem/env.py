@@ -50,7 +50,7 @@ class AnyText(spaces.Text):
         return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
 
 
-class GemEnv(TextEnv):
+class GemEnv(TextEnv, checked_info=False):  # reset and step set both flags always
     """A GEM env: GEM's observations, rewards and endings, unchanged.
 
     Args:
@@ -116,7 +116,8 @@ class GemEnv(TextEnv):
         self.observation_space = AnyText(MAX_TEXT_LENGTH, min_length=0, charset=base.character_set)
         self.action_space = AnyText(MAX_TEXT_LENGTH, min_length=0, charset=base.character_set)
         self.observation_template = observation_template
-        self._step_lock = self._game if use_thread_lock is None else use_thread_lock
+        step_lock = self._game if use_thread_lock is None else use_thread_lock
+        self._step_lock = _GLOBAL_RNG if step_lock else None
         self._observation_text = ""
         self._success_flag = False
 
@@ -134,11 +135,16 @@ class GemEnv(TextEnv):
             self._np_made: np.random.Generator | None = None
         self.num_steps = 0
         self._done = False
-        with _GLOBAL_RNG:
+        _GLOBAL_RNG.acquire()  # not `with`: ~0.1 µs more, in a step of ~3.5 µs
+        try:
             observation, info = self.gem_env.reset(seed=seed)
+        finally:
+            _GLOBAL_RNG.release()
         self._success_flag = False
         info = dict(info)
-        info.update(action_is_valid=True, actions=[], success=False)
+        info["action_is_valid"] = True  # not update(key=...): ~0.2 µs more
+        info["actions"] = []
+        info["success"] = False
         return self._show(str(observation), info), info
 
     @property
@@ -160,21 +166,29 @@ class GemEnv(TextEnv):
         """GEM's ``step(action)`` on the whole response, its results unchanged."""
         if self._done:
             raise RuntimeError("step() called on a finished episode; call reset() first")
-        if self._step_lock:
-            with _GLOBAL_RNG:
-                observation, reward, terminated, truncated, info = self.gem_env.step(action)
-        else:
+        # Written for speed (each form measured): a game's whole step is ~3.5 µs.
+        lock = self._step_lock
+        if lock is None:
             observation, reward, terminated, truncated, info = self.gem_env.step(action)
+        else:
+            lock.acquire()
+            try:
+                observation, reward, terminated, truncated, info = self.gem_env.step(action)
+            finally:
+                lock.release()
         self.num_steps += 1
         reward, terminated, truncated = float(reward), bool(terminated), bool(truncated)
         self._done = terminated or truncated
         info = dict(info)
         if "correct" in info:
-            self._success_flag = bool(info["correct"])
+            success = bool(info["correct"])
         else:
-            self._success_flag = bool(info.get("success", terminated and reward >= 1.0))
-        info.setdefault("action_is_valid", not (self._game and reward == FORMAT_ERROR_REWARD))
-        info.update(actions=[action], success=self._success_flag)
+            success = bool(info.get("success", terminated and reward >= 1.0))
+        self._success_flag = success
+        if "action_is_valid" not in info:
+            info["action_is_valid"] = not (self._game and reward == FORMAT_ERROR_REWARD)
+        info["actions"] = [action]
+        info["success"] = success
         return self._show(str(observation), info), reward, terminated, truncated, info
 
     def close(self) -> None:
