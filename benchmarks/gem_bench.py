@@ -6,7 +6,9 @@ on the same seeds and the same scripted actions (as the fidelity test's). Two wa
 run them: ``loop`` (every env stepped in turn in one thread, as the rollout does with an
 env whose calls are inline) and ``threads`` (each env's episode in a thread of a
 64-wide pool, as the rollout's env pool runs them). Rounds alternate anchor and
-contender; the ratio of each pair and the median are reported.
+contender; the ratio of each pair and the median are reported, in wall time (the goal's
+figure) and in the process's CPU time (which other processes' load hardly moves, on a
+shared machine the steadier of the two).
 
     python benchmarks/gem_bench.py [--rounds 7] [--episodes 64]
 """
@@ -51,10 +53,10 @@ REPEATS = 8
 
 def timed_round(
     envs: list[Any], env_id: str, round_: int, pool: ThreadPoolExecutor | None
-) -> float:
-    """Seconds per step (resets included) of one round."""
+) -> tuple[float, float]:
+    """Wall and CPU seconds per step (resets included) of one round."""
     gc.collect()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     steps = 0
     for repeat in range(REPEATS):
         seed_round = round_ * REPEATS + repeat
@@ -65,12 +67,21 @@ def timed_round(
                 pool.submit(episode, env, env_id, i, seed_round) for i, env in enumerate(envs)
             ]
             steps += sum(f.result() for f in futures)
-    return (time.perf_counter() - start) / steps
+    return (time.perf_counter() - start) / steps, (time.process_time() - cpu) / steps
 
 
 def measure(
     env_id: str, episodes: int, rounds: int, threads: bool
 ) -> tuple[list[float], list[float]]:
+    """Wall seconds per step of each round: GEM direct's, the adapter's."""
+    anchor, contender = measure_with_cpu(env_id, episodes, rounds, threads)
+    return [wall for wall, _ in anchor], [wall for wall, _ in contender]
+
+
+def measure_with_cpu(
+    env_id: str, episodes: int, rounds: int, threads: bool
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """Wall and CPU seconds per step of each round: GEM direct's, the adapter's."""
     import gem
 
     from agentgym.envs.adapter import make_text_env
@@ -97,19 +108,26 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=64)
     args = parser.parse_args()
     print("| id | run | GEM direct, µs/step | adapter, µs/step | added, µs/step ", end="")
-    print("| ratio per pair | median |")
-    print("| --- | --- | ---: | ---: | ---: | --- | ---: |")
+    print("| ratio per pair | median | CPU: added, µs/step | CPU: median |")
+    print("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
     for env_id in IDS:
         for threads in (False, True):
-            anchor, contender = measure(env_id, args.episodes, args.rounds, threads)
+            pairs = measure_with_cpu(env_id, args.episodes, args.rounds, threads)
+            anchor, contender = ([wall for wall, _ in side] for side in pairs)
+            anchor_cpu, contender_cpu = ([cpu for _, cpu in side] for side in pairs)
             ratios = [c / a for a, c in zip(anchor, contender, strict=True)]
+            cpu_ratios = [c / a for a, c in zip(anchor_cpu, contender_cpu, strict=True)]
+            cpu_added = statistics.median(
+                c - a for a, c in zip(anchor_cpu, contender_cpu, strict=True)
+            )
             added = statistics.median(c - a for a, c in zip(anchor, contender, strict=True))
             print(
                 f"| `{env_id}` | {'threads' if threads else 'loop'} "
                 f"| {min(anchor) * 1e6:.0f}–{max(anchor) * 1e6:.0f} "
                 f"| {min(contender) * 1e6:.0f}–{max(contender) * 1e6:.0f} | {added * 1e6:.1f} "
                 f"| {', '.join(f'{r:.2f}' for r in ratios)} "
-                f"| **{statistics.median(ratios):.2f}×** |",
+                f"| **{statistics.median(ratios):.2f}×** "
+                f"| {cpu_added * 1e6:.1f} | {statistics.median(cpu_ratios):.2f}× |",
                 flush=True,
             )
 

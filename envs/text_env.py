@@ -56,6 +56,7 @@ MAX_TEXT_LENGTH = 1 << 16
 
 REQUIRED_INFO = ("action_is_valid", "success")
 """Keys every ``reset`` and ``step`` info of an agentgym env carries."""
+_VALID, _SUCCESS = REQUIRED_INFO
 
 CONVERSATION_KEY = "messages"
 """The info key under which an agent-native env hands the model its next prompt: the
@@ -80,6 +81,8 @@ def check_info(env: gymnasium.Env[Any, Any], info: dict[str, Any], where: str) -
     Raises:
         EnvContractError: Naming the env, the missing keys and the fix.
     """
+    if _VALID in info and _SUCCESS in info:  # the usual case, in tens of ns
+        return
     missing = [key for key in REQUIRED_INFO if key not in info]
     if missing:
         raise EnvContractError(
@@ -109,7 +112,35 @@ def require_reset(value: _T | None, before: str = "using the env") -> _T:
 
 
 def _checked(method: Callable[..., Any], where: str) -> Callable[..., Any]:
-    """Wrap an overridden ``reset``/``step`` so that its info is checked."""
+    """Wrap an overridden ``reset``/``step`` so that its info is checked.
+
+    A method with the base class's parameters gets a wrapper with the same parameters:
+    passing ``*args, **kwargs`` on costs ~0.2 µs a call, and a fast env's whole step
+    (GEM's Guess the Number) is ~3.5 µs.
+    """
+    parameters = [
+        (p.name, p.kind, p.default) for p in inspect.signature(method).parameters.values()
+    ]
+    if where == "step" and parameters == _STEP_PARAMETERS:
+
+        @functools.wraps(method)
+        def checked_step(self: TextEnv, action: str) -> Any:
+            result = method(self, action)
+            check_info(self, result[-1], where)
+            return result
+
+        return checked_step
+    if where == "reset" and parameters == _RESET_PARAMETERS:
+
+        @functools.wraps(method)
+        def checked_reset(
+            self: TextEnv, *, seed: int | None = None, options: dict[str, Any] | None = None
+        ) -> Any:
+            result = method(self, seed=seed, options=options)
+            check_info(self, result[-1], where)
+            return result
+
+        return checked_reset
 
     @functools.wraps(method)
     def checked(self: TextEnv, *args: Any, **kwargs: Any) -> Any:
@@ -118,6 +149,14 @@ def _checked(method: Callable[..., Any], where: str) -> Callable[..., Any]:
         return result
 
     return checked
+
+
+_P = inspect.Parameter
+_STEP_PARAMETERS = [(name, _P.POSITIONAL_OR_KEYWORD, _P.empty) for name in ("self", "action")]
+_RESET_PARAMETERS = [
+    ("self", _P.POSITIONAL_OR_KEYWORD, _P.empty),
+    *((name, _P.KEYWORD_ONLY, None) for name in ("seed", "options")),
+]
 
 
 def text_space() -> spaces.Text:
@@ -192,13 +231,15 @@ class TextEnv(gymnasium.Env[str, str], ABC):
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
     """Gymnasium's; a subclass that implements :meth:`_render_rgb` gets ``rgb_array`` too."""
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, checked_info: bool = True, **kwargs: Any) -> None:
         # The base reset/step always fill REQUIRED_INFO; a subclass that overrides
         # them is held to the same contract (a forgotten key would otherwise read as
-        # "valid" or "failed" downstream).
+        # "valid" or "failed" downstream). A class whose reset and step set every key
+        # themselves, on every path, may say so (`class E(TextEnv, checked_info=False)`)
+        # and skip the check: ~0.1 µs a call, for envs whose step is a few µs.
         super().__init_subclass__(**kwargs)
         for where in ("reset", "step"):
-            if where in vars(cls):
+            if checked_info and where in vars(cls):
                 setattr(cls, where, _checked(vars(cls)[where], where))
         # The picture is declared once, by implementing it.
         if "_render_rgb" in vars(cls) and "rgb_array" not in cls.metadata["render_modes"]:
