@@ -63,11 +63,14 @@ KEYS = (
 
 
 def turn_prompts(trajectory: Trajectory) -> list[list[int]]:
-    """The prompt the engine received at each turn (trajectory mode: all before it)."""
+    """The prompt the engine received at each turn: in ``step`` mode the turn's own
+    (its ``prompt_ids``), in ``trajectory`` mode all of its sample before it."""
+    if trajectory.mode == "step":
+        return [list(turn.prompt_ids) for turn in trajectory.turns]
     prompts: list[list[int]] = []
     history: list[int] = []
     for turn in trajectory.turns:
-        history = [*history, *turn.prompt_ids]
+        history = [*(history if not turn.starts_sample else []), *turn.prompt_ids]
         prompts.append(history)
         history = [*history, *turn.response_ids]
     return prompts
@@ -118,13 +121,14 @@ def bare_env(trajectories: Sequence[Trajectory], config: Any) -> float:
     return time.perf_counter() - started
 
 
-def bare_training(model: Any, trajectories: Sequence[Trajectory], config: Any) -> float:
-    """Seconds of one plain-torch pass over the step's samples, batched as configured."""
+def bare_training(
+    model: Any, trained: Sequence[tuple[list[int], list[float]]], config: Any
+) -> float:
+    """Seconds of one plain-torch pass over the samples the step's update trained (the
+    zero-variance groups dropped), batched as configured."""
     args = config.actor_train.training_args
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(args.learning_rate))
-    samples = sorted(  # like length beside like length: less padding
-        ((t.input_ids, t.loss_mask) for t in trajectories if t.turns), key=lambda s: len(s[0])
-    )
+    samples = sorted(trained, key=lambda s: len(s[0]))  # like length beside like: less padding
     micro, accumulate = int(args.per_device_train_batch_size), int(args.gradient_accumulation_steps)
     model.train()
     started = time.perf_counter()
@@ -214,7 +218,7 @@ def bare_parts(run: Run, generate: Any, model: Any) -> dict[str, float]:
     return {
         "generation": generate(run.kept, run.config),
         "env": bare_env(run.kept, run.config),
-        "training": bare_training(copy.deepcopy(model), run.kept, run.config),
+        "training": bare_training(copy.deepcopy(model), run.trained, run.config),
     }
 
 
@@ -261,6 +265,8 @@ def figures(run: Run, bare: dict[str, float]) -> dict[str, Any]:
         "engine": run.engine,
         "mode": run.mode,
         "episodes": len(run.kept),
+        "samples": len(run.trained),
+        "kept_samples_logged": run.rows[-1].get("train/kept_samples"),
         "median": median,
         "explorer": run.explorer,
         "bare": bare,
@@ -273,8 +279,12 @@ def figures(run: Run, bare: dict[str, float]) -> dict[str, Any]:
 def print_row(row: dict[str, Any]) -> None:
     """One run's parts and shares, and its two ratios."""
     step, bare, shares = row["median"]["time/step"], row["bare"], row["shares"]
-    print(f"\n{row['engine']}, {row['mode']}: {row['episodes']} episodes a step; ", end="")
-    print(f"agentgym's median step {step:.3f} s")
+    threads = row["explorer"].get("threads")
+    print(
+        f"\n{row['engine']}, {row['mode']}: {row['episodes']} episodes a step (the last: "
+        f"{row['samples']} samples trained); agentgym's median step {step:.3f} s"
+        + (f" (torch on {threads:.0f} threads in each process)" if threads else "")
+    )
     print("| part | seconds | share of the step |")
     print("| --- | ---: | ---: |")
     for name, seconds in {**{f"bare {k}": v for k, v in bare.items()}, **shares}.items():
@@ -334,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if "hf" in engines:
         bare_generation(model, runs[0].kept[:8], config)  # warm-up, as agentgym's first step is
         generators["hf"] = lambda kept, config: bare_generation(model, kept, config)
-    bare_training(copy.deepcopy(model), runs[0].kept[:16], config)
+    bare_training(copy.deepcopy(model), runs[0].trained[:32], config)
     if "vllm" in engines:
         llm = vllm_engine(config)
         bare_vllm_generation(llm, runs[0].kept[:8], config)  # warm-up

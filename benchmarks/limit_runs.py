@@ -7,7 +7,10 @@ generation time measured inside the engine.
   process and the trainer (``mode: train``) here, one job folder (SQLite buffer,
   weights by checkpoint), ``synchronizer.sync_offset=1`` (one step off-policy). Its
   step is the trainer's; the explorer's batches, its engine's generation and its
-  weight loads are read from the files the explorer process writes.
+  weight loads are read from the files the explorer process writes. The two processes
+  split the cores: torch runs on half of them in each (with all of them in both, the
+  trainer's update in the main thread took 5-10 times as long on the loaded 2-core
+  machine: OpenMP's threads waiting for each other, as test_decoupled_benchmark.py saw).
 
 The engine's generation: for the HF engine the time of its batches
 (``HFBackend._generate_batch``), for vLLM the time during which any request is in flight
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -115,6 +119,8 @@ class Run:
     config: Any
     rows: list[dict[str, float]]
     kept: list[Trajectory]
+    trained: list[tuple[list[int], list[float]]]
+    """The last update's samples, as it trained them: (token ids, loss mask) a row."""
     explorer: dict[str, float] = field(default_factory=dict)
 
 
@@ -135,23 +141,48 @@ def logged(logs: Path, key: str) -> list[dict[str, float]]:
     return [row for row in rows if key in row]
 
 
+@dataclass
+class Kept:
+    """The last step's trajectories, and the samples its update trained."""
+
+    trajectories: list[Trajectory] = field(default_factory=list)
+    trained: list[tuple[list[int], list[float]]] = field(default_factory=list)
+
+
 @contextmanager
-def keeping(source: type, kept: list[Trajectory], clock: EngineClock) -> Iterator[None]:
-    """Keep the last batch ``source.next_batch`` hands the trainer; the step it is for
-    goes to ``clock`` (the engine's time counts toward the step asking)."""
+def keeping(source: type, kept: Kept, clock: EngineClock) -> Iterator[None]:
+    """Keep the last batch ``source.next_batch`` hands the trainer and the samples of
+    the last update (the batch after the zero-variance groups are dropped); the step
+    the batch is for goes to ``clock`` (the engine's time counts toward the step asking)."""
+    import agentgym.trainers.grpo as recipe
+
     original: Callable[..., Any] = source.next_batch  # type: ignore[attr-defined]
+    update = recipe.update_policy
+
+    def updating(config: Any, strategy: Any, batch: Any, step: int) -> Any:
+        lengths = batch.attention_mask.sum(1).tolist()  # [B]
+        kept.trained[:] = [
+            (ids[:n], mask[:n])
+            for ids, mask, n in zip(
+                batch.input_ids.tolist(), batch.loss_mask.float().tolist(), lengths, strict=True
+            )
+        ]
+        return update(config, strategy, batch, step)
 
     async def next_batch(self: Any, step: int) -> Any:
         clock.step = step
         rollout = await original(self, step)
-        kept[:] = rollout.trajectories
+        kept.trajectories[:] = rollout.trajectories
+        kept.trained.clear()  # a step without an update trains nothing
         return rollout
 
     source.next_batch = next_batch  # type: ignore[attr-defined]
+    recipe.update_policy = updating  # type: ignore[assignment]
     try:
         yield
     finally:
         source.next_batch = original  # type: ignore[attr-defined]
+        recipe.update_policy = update
 
 
 def run_both(engine: str, steps: int, output: Path, extra: Sequence[str] = ()) -> Run:
@@ -164,22 +195,26 @@ def run_both(engine: str, steps: int, output: Path, extra: Sequence[str] = ()) -
         [*OVERRIDES, *extra, f"generation={engine}", f"max_steps={steps}", f"output_dir={output}"]
     )
     grpo, parts = build_train(config, raw)
-    kept: list[Trajectory] = []
+    kept = Kept()
     clock = EngineClock()
     with keeping(SyncSource, kept, clock), timing_engine(engine, clock):
         train(grpo, parts)
     rows = logged(output / "logs", "time/step")
     for row in rows:  # the engine's own generation time in each step's rollout
         row["time/engine"] = clock.seconds.get(int(row["step"]), 0.0)
-    return Run(engine, "both", config, rows, kept)
+    return Run(engine, "both", config, rows, kept.trajectories, kept.trained)
 
 
-def explore_timed(engine: str, overrides: list[str], figures: str) -> None:
-    """The explorer's process: ``mode: explore``, its engine's generation timed per
-    batch and its weight loads timed; both written to ``figures`` (JSON) at the end."""
+def explore_timed(engine: str, overrides: list[str], figures: str, threads: int) -> None:
+    """The explorer's process: ``mode: explore`` with torch on ``threads`` threads, its
+    engine's generation timed per batch and its weight loads timed; both written to
+    ``figures`` (JSON) at the end."""
+    import torch
+
     from agentgym.builders.explore import build_explorer
     from agentgym.job.explorer import ExplorerSession, explore
 
+    torch.set_num_threads(threads)
     config, raw = checked(overrides)
     parts = build_explorer(config, raw)
     clock = EngineClock()
@@ -215,14 +250,22 @@ def run_decoupled(engine: str, steps: int, root: Path, extra: Sequence[str] = ()
         *OVERRIDES, *extra, *DECOUPLED, f"generation={engine}", f"max_steps={steps}",
         f"checkpoint_root_dir={root / 'jobs'}",
     ]  # fmt: skip
+    import torch
+
     figures = root / "explorer.json"
+    threads = max(1, (os.cpu_count() or 1) // 2)
     explorer = multiprocessing.get_context("spawn").Process(
         target=explore_timed,
-        args=(engine, [*job, "mode=explore", f"output_dir={root / 'explorer'}"], str(figures)),
+        args=(
+            engine, [*job, "mode=explore", f"output_dir={root / 'explorer'}"], str(figures),
+            threads,
+        ),
         name="explorer",
-    )
+    )  # fmt: skip
     explorer.start()
-    kept: list[Trajectory] = []
+    kept = Kept()
+    everywhere = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
         config, raw = checked([*job, "mode=train", f"output_dir={root / 'trainer'}"])
         grpo, parts = build_train(config, raw)
@@ -232,6 +275,7 @@ def run_decoupled(engine: str, steps: int, root: Path, extra: Sequence[str] = ()
         if explorer.exitcode != 0:
             raise RuntimeError(f"the explorer ended with {explorer.exitcode}")
     finally:
+        torch.set_num_threads(everywhere)
         if explorer.is_alive():
             explorer.kill()
             explorer.join()
@@ -245,8 +289,9 @@ def run_decoupled(engine: str, steps: int, root: Path, extra: Sequence[str] = ()
         "explore_batch": median(b["time/explore_batch"] for b in later),
         "engine": median(engine_seconds.get(int(b["step"]), 0.0) for b in later),
         "weight_load": median(loads),
+        "threads": float(threads),
     }
-    return Run(engine, "decoupled", config, rows, kept, explorer_figures)
+    return Run(engine, "decoupled", config, rows, kept.trajectories, kept.trained, explorer_figures)
 
 
 def median(values: Iterator[float] | Sequence[float]) -> float:
