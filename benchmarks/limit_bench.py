@@ -8,20 +8,22 @@ trainer as two processes, ``decoupled``).
    generation is timed inside the engine, and the last step's trajectories are kept.
    ``decoupled`` is Trinity-RFT's job: an explorer process (``mode: explore``) and the
    trainer (``mode: train``, timed here), weights by checkpoint, one step off-policy.
-2. The bare parts of each run's last step:
+2. The bare parts of each run's last step, each the best of ``--rounds``:
    - **generation**: for the HF engine, transformers' ``generate`` (the same sampling)
      of each turn's prompts as the engine received them, a batch per turn index; for
      vLLM, vLLM's own ``LLM.generate`` (the engine arguments agentgym gives it on the
      CPU, the same sampling) of the same batches, each request generating as many
      tokens as its response had (``ignore_eos``);
    - **env**: the env's own ``reset`` and ``step`` calls on the same seeds and responses;
-   - **training**: one plain-torch pass over the step's packed samples, as the config
+   - **training**: one plain-torch pass over the samples the step's update trained
+     (one a turn in ``step`` mode, the zero-variance groups dropped), as the config
      batches them (micro-batches of ``per_device_train_batch_size``, an AdamW step every
      ``gradient_accumulation_steps``): forward, token log-probabilities, a policy-gradient
      loss on the response tokens, backward.
-3. Two ratios of agentgym's median step time (after the first, warm-up step): over the
-   sum of the bare parts, and over the work of its own parts (its engine's generation,
-   the env's calls, its update), and where the step's time goes: the engine, the
+3. Two ratios of agentgym's median step (after the first, warm-up step; the step
+   itself, so that its parts add up to it): over the sum of the bare parts, and over
+   the work of its own parts (its engine's generation, the env's calls, its update),
+   and where the step's time goes: the engine, the
    rollout machinery around it, batch preparation (log-probabilities of π_old and the
    reference, advantages), the update beyond bare training, the weight sync; decoupled,
    the trainer's wait for the explorer's groups and the explorer's side (its engine,
@@ -29,10 +31,10 @@ trainer as two processes, ``decoupled``).
    Every share above 2% is marked; a table at the end has a row per engine × mode.
 
     python benchmarks/limit_bench.py [--engine hf|vllm|all] [--mode both|decoupled|all]
-        [--steps 6] [--json PATH] [--dry-run]
+        [--steps 6] [--rounds 3] [--json PATH] [--dry-run]
 
-``--dry-run``: 4 episodes a step, 2 steps, short responses (tests/test_limit_bench.py
-runs it: what is timed works, not how fast).
+``--dry-run``: 4 episodes a step, 2 steps, one round, short responses
+(tests/test_limit_bench.py runs it: what is timed works, not how fast).
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ import argparse
 import copy
 import json
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Sequence
@@ -212,20 +213,28 @@ def bare_vllm_generation(llm: Any, trajectories: Sequence[Trajectory], config: A
     return seconds
 
 
-def bare_parts(run: Run, generate: Any, model: Any) -> dict[str, float]:
-    """The bare parts of ``run``'s last step: its engine's generation, the env, training
-    (on a copy of ``model``, so that each run's pass starts from the same weights)."""
+def bare_parts(run: Run, generate: Any, model: Any, rounds: int) -> dict[str, float]:
+    """The bare parts of ``run``'s last step, each the best of ``rounds`` (the limit is
+    what the part can do; on a shared machine a round can be several times slower): its
+    engine's generation, the env, training (on a copy of ``model`` each round, so that
+    every pass starts from the same weights)."""
+    config = run.config
     return {
-        "generation": generate(run.kept, run.config),
-        "env": bare_env(run.kept, run.config),
-        "training": bare_training(copy.deepcopy(model), run.trained, run.config),
+        "generation": min(generate(run.kept, config) for _ in range(rounds)),
+        "env": min(bare_env(run.kept, config) for _ in range(rounds)),
+        "training": min(
+            bare_training(copy.deepcopy(model), run.trained, config) for _ in range(rounds)
+        ),
     }
 
 
 def figures(run: Run, bare: dict[str, float]) -> dict[str, Any]:
-    """The run's medians, its two ratios and its breakdown (seconds, by name)."""
+    """The run's median step (its ``time/*``), its two ratios and its breakdown
+    (seconds, by name)."""
     measured = run.rows[1:] or run.rows  # the first step warms up
-    median = {key: statistics.median(r.get(key, 0.0) for r in measured) for key in KEYS}
+    # the median step itself (the lower of two), so that its parts add up to it
+    middle = sorted(measured, key=lambda r: r["time/step"])[(len(measured) - 1) // 2]
+    median = {key: middle.get(key, 0.0) for key in KEYS} | {"step": middle["step"]}
     step = median["time/step"]
     update = median["time/train"] - median["time/weight_sync"]
     shares = {
@@ -282,7 +291,8 @@ def print_row(row: dict[str, Any]) -> None:
     threads = row["explorer"].get("threads")
     print(
         f"\n{row['engine']}, {row['mode']}: {row['episodes']} episodes a step (the last: "
-        f"{row['samples']} samples trained); agentgym's median step {step:.3f} s"
+        f"{row['samples']} samples trained); agentgym's median step {step:.3f} s "
+        f"(step {row['median']['step']:.0f})"
         + (f" (torch on {threads:.0f} threads in each process)" if threads else "")
     )
     print("| part | seconds | share of the step |")
@@ -321,6 +331,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--engine", choices=[*ENGINES, "all"], default="all")
     parser.add_argument("--mode", choices=[*MODES, "all"], default="all")
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=3, help="the bare parts: best of")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
@@ -330,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     engines = ENGINES if args.engine == "all" else (args.engine,)
     modes = MODES if args.mode == "all" else (args.mode,)
-    steps, extra = (2, DRY) if args.dry_run else (args.steps, [])
+    steps, extra, rounds = (2, DRY, 1) if args.dry_run else (args.steps, [], args.rounds)
     output = Path(tempfile.mkdtemp(prefix="limit-bench-"))
     runs: list[Run] = []
     for engine in engines:
@@ -349,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         llm = vllm_engine(config)
         bare_vllm_generation(llm, runs[0].kept[:8], config)  # warm-up
         generators["vllm"] = lambda kept, config: bare_vllm_generation(llm, kept, config)
-    rows = [figures(run, bare_parts(run, generators[run.engine], model)) for run in runs]
+    rows = [figures(run, bare_parts(run, generators[run.engine], model, rounds)) for run in runs]
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     print(f"\n{os.cpu_count()} CPUs, torch on {torch.get_num_threads()} threads; load {load}")
     for row in rows:
