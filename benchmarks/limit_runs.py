@@ -102,7 +102,7 @@ def timing_engine(engine: str, clock: EngineClock) -> Iterator[None]:
             if clock.active == 0:
                 clock.add(time.perf_counter() - clock.since)
 
-    VLLMBackend.generate = in_flight  # type: ignore[method-assign]
+    VLLMBackend.generate = in_flight  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
@@ -177,7 +177,7 @@ def keeping(source: type, kept: Kept, clock: EngineClock) -> Iterator[None]:
         return rollout
 
     source.next_batch = next_batch  # type: ignore[attr-defined]
-    recipe.update_policy = updating  # type: ignore[assignment]
+    recipe.update_policy = updating
     try:
         yield
     finally:
@@ -232,8 +232,8 @@ def explore_timed(engine: str, overrides: list[str], figures: str, threads: int)
         finally:
             loads.append(time.perf_counter() - started)
 
-    ExplorerSession.play_batch = counted  # type: ignore[method-assign]
-    ExplorerSession.load = timed  # type: ignore[method-assign]
+    ExplorerSession.play_batch = counted  # type: ignore[method-assign,assignment]
+    ExplorerSession.load = timed  # type: ignore[method-assign,assignment]
     with timing_engine(engine, clock):
         explore(parts)
     Path(figures).write_text(json.dumps({"engine": clock.seconds, "loads": loads}))
