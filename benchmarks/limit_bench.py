@@ -293,7 +293,7 @@ def print_row(row: dict[str, Any]) -> None:
         f"\n{row['engine']}, {row['mode']}: {row['episodes']} episodes a step (the last: "
         f"{row['samples']} samples trained); agentgym's median step {step:.3f} s "
         f"(step {row['median']['step']:.0f})"
-        + (f" (torch on {threads:.0f} threads in each process)" if threads else "")
+        + (f" (torch on {threads:.0f} thread(s) in each process)" if threads else "")
     )
     print("| part | seconds | share of the step |")
     print("| --- | ---: | ---: |")
