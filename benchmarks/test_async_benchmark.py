@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dry import sized
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from agentgym.rollout.backends.base import Generation, SamplingParams
 
-STEPS = 8
-BASE_SECONDS = 0.12
+STEPS = sized(8, 2)  # dry: the figures are the steps after the first
+BASE_SECONDS = sized(0.12, 0.01)
 SIGMA = 1.0
 SMALL = [
     "env=sokoban", "max_turns=3", "sequence_length=768", "generation=hf",

@@ -26,6 +26,7 @@ import statistics
 from typing import Any
 
 import pytest
+from dry import sized
 
 GEM_IDS = ("game:GuessTheNumber-v0", "rg:letter_counting")
 
@@ -38,7 +39,15 @@ def _once(benchmark: Any, measure: Any) -> Any:
 def test_proxy_episodes_per_second(benchmark: Any) -> None:
     from proxy_bench import episode_rate
 
-    rate = _once(benchmark, lambda: episode_rate(rounds=3, groups=16, group_size=8, turns=5))
+    rate = _once(
+        benchmark,
+        lambda: episode_rate(
+            **sized(
+                {"rounds": 3, "groups": 16, "group_size": 8, "turns": 5},
+                {"rounds": 1, "groups": 2, "group_size": 2, "turns": 2},
+            )
+        ),
+    )
     benchmark.extra_info.update(own=rate.own, proxy=rate.proxy, ratio=rate.ratio)
     print(f"\nproxy ÷ in process, episodes/s: {rate.ratio:.2f} (goal >= 0.80)")
     assert rate.own
@@ -52,7 +61,7 @@ def test_gem_adapter_seconds_per_step(benchmark: Any, env_id: str) -> None:
     from gem_bench import measure
 
     anchor, contender = _once(
-        benchmark, lambda: measure(env_id, episodes=64, rounds=7, threads=False)
+        benchmark, lambda: measure(env_id, episodes=sized(64, 4), rounds=sized(7, 1), threads=False)
     )
     ratio = statistics.median(c / a for a, c in zip(anchor, contender, strict=True))
     benchmark.extra_info.update(direct=anchor, adapter=contender, ratio=ratio)
@@ -63,6 +72,8 @@ def test_gem_adapter_seconds_per_step(benchmark: Any, env_id: str) -> None:
 def test_http_env_milliseconds_per_step(benchmark: Any) -> None:
     from http_env_bench import main
 
-    result = _once(benchmark, lambda: main(["--episodes", "64", "--rounds", "5"]))
+    result = _once(
+        benchmark, lambda: main(sized(["--episodes", "64", "--rounds", "5"], ["--dry-run"]))
+    )
     benchmark.extra_info.update(result)
     print(f"\nhttp overhead {result['overhead_ms_per_step']:.3f} ms/step (goal <= 2)")
