@@ -132,7 +132,7 @@ TOOL_COSTS = {
 episodes per env (a contender's round lasts 2-3 s)."""
 
 
-@pytest.mark.parametrize("cost", list(TOOL_COSTS))
+@pytest.mark.parametrize("cost", sized(list(TOOL_COSTS), ["10 ms"]))
 def test_cpu_bound_tool_env(benchmark: Any, cluster: Cluster, cost: str) -> None:
     kwargs, episodes = TOOL_COSTS[cost]
     benchmark.group = (

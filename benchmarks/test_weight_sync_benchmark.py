@@ -50,8 +50,8 @@ SETTINGS = sized(
         ("0.5b", "hf", 2),
         ("0.5b", "vllm", 1),
     ],
-    [("tiny", "hf", 2)],
-)  # dry: the tiny model to two HF engines
+    [("tiny", "hf", 1)],
+)  # dry: the tiny model to an HF engine
 PROMPT = list(range(5, 30))
 
 

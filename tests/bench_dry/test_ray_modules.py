@@ -22,7 +22,7 @@ def test_env_workers_benchmark_runs_dry() -> None:
 
 
 def test_weight_sync_benchmark_runs_dry() -> None:
-    # the tiny model to two HF engines: synced, the engines' logprobs then match
+    # the tiny model to an HF engine: synced, the engine's logprobs then match the trainer's
     assert run_module("test_weight_sync_benchmark")["passed"] == 1
 
 
