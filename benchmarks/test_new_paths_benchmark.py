@@ -40,15 +40,7 @@ def _once(benchmark: Any, measure: Any) -> Any:
 def test_proxy_episodes_per_second(benchmark: Any) -> None:
     from proxy_bench import episode_rate
 
-    rate = _once(
-        benchmark,
-        lambda: episode_rate(
-            **sized(
-                {"rounds": 3, "groups": 16, "group_size": 8, "turns": 5},
-                {"rounds": 1, "groups": 2, "group_size": 2, "turns": 2},
-            )
-        ),
-    )
+    rate = _once(benchmark, lambda: episode_rate(rounds=3, groups=16, group_size=8, turns=5))
     benchmark.extra_info.update(own=rate.own, proxy=rate.proxy, ratio=rate.ratio)
     print(f"\nproxy ÷ in process, episodes/s: {rate.ratio:.2f} (goal >= 0.80)")
     assert rate.own
@@ -74,8 +66,6 @@ def test_gem_adapter_seconds_per_step(benchmark: Any, env_id: str) -> None:
 def test_http_env_milliseconds_per_step(benchmark: Any) -> None:
     from http_env_bench import main
 
-    result = _once(
-        benchmark, lambda: main(sized(["--episodes", "64", "--rounds", "5"], ["--dry-run"]))
-    )
+    result = _once(benchmark, lambda: main(["--episodes", "64", "--rounds", "5"]))
     benchmark.extra_info.update(result)
     print(f"\nhttp overhead {result['overhead_ms_per_step']:.3f} ms/step (goal <= 2)")
