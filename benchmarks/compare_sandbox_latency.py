@@ -69,7 +69,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--dry-run", action="store_true", help="tiny: 5 calls, 2 workers")
     args = parser.parse_args()
+    if args.dry_run:
+        args.calls, args.workers = 5, 2
 
     zygotes = WorkerPool(args.workers)
     one_shot = WorkerPool(args.workers, prefork=False)

@@ -182,7 +182,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of both generators")
     parser.add_argument("--json", type=Path, default=None, help="also write the tables here")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help=f"tiny: 2 rooms a setting; ours alone without {ANCHOR_NAME}",
+    )
     args = parser.parse_args(argv)
+    if args.dry_run:
+        args.rooms, args.anchor_rooms = 2, 2
     for name in ("rooms", "anchor_rooms"):
         value = getattr(args, name)
         if value is not None and value < 2:
@@ -190,10 +197,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def dry_run_ours(rooms: int, seed: int) -> int:
+    """The dry run without the anchor: time and solve our generator alone; 0 when every
+    room it made is solved at the optimal length it reports."""
+    print(f"{ANCHOR_NAME} is not installed: the dry run times our generator alone")
+    wrong = 0
+    for setting in SETTINGS:
+        ours = summarize(time_ours(setting, rooms, seed))
+        print(
+            f"== {setting.label} == ours: {ours.rooms} rooms, {ours.ms_mean:.3f} ms / room, "
+            f"solver failures {ours.solver_failures}, claimed != solver length "
+            f"{ours.claim_mismatches}"
+        )
+        wrong += ours.solver_failures + (ours.claim_mismatches or 0)
+    return 1 if wrong else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; return the process exit status."""
     args = parse_args(argv)
     room_utils = load_room_utils()
+    if room_utils is None and args.dry_run:
+        return dry_run_ours(args.rooms, args.seed)
     if room_utils is None:
         print(f"{ANCHOR_NAME} is not installed; {INSTALL_HINT}", file=sys.stderr)
         return 1

@@ -30,11 +30,16 @@ the env's own ``reset``/``step`` during that rollout (``--overhead-only``: just 
 
     pip install -e ".[compare]"      # trl, pinned
     python benchmarks/compare_trl.py [--rounds 3] [--steps 8] [--json PATH]
+
+``--dry-run`` (CI, without TRL): a model warm-started for 2 steps, the overhead table
+on 16 episodes, our run for 1 step of 2 groups and, where trl is importable, TRL's for
+1 step; it checks the figures' shapes, not the times.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -49,12 +54,16 @@ from compare_trl_runs import ENGINES, FRAMEWORKS, GROUP_SIZE, GROUPS, OURS_LIKE,
 from machine import machine, print_machine
 
 
-def measure(framework: str, engine: str, model: Path, steps: int) -> dict[str, Any]:
-    """One run's raw figures, from a worker process of this script."""
+def measure(
+    framework: str, engine: str, model: Path, steps: int, dry: bool = False
+) -> dict[str, Any]:
+    """One run's raw figures, from a worker process of this script (``dry``: ours at
+    :data:`DRY_GROUPS` groups)."""
     with tempfile.TemporaryDirectory(prefix=f"trl-compare-{framework}-") as folder:
         out = Path(folder)
         command = [sys.executable, __file__, "--worker", framework, "--engine", engine]
         command += ["--model", str(model), "--steps", str(steps), "--out", str(out)]
+        command += ["--dry-run"] if dry else []
         env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
         done = subprocess.run(command, capture_output=True, text=True, env=env)
         if done.returncode != 0:
@@ -102,13 +111,18 @@ def main() -> None:
     parser.add_argument(
         "--overhead-only", action="store_true", help="only the rollout overhead table"
     )
+    parser.add_argument("--dry-run", action="store_true", help="tiny sizes; TRL only if installed")
     parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
     parser.add_argument("--engine", choices=(*ENGINES, OURS_LIKE), help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.engine, args.model, args.steps, args.out)
+        groups = DRY_GROUPS if args.dry_run else GROUPS
+        worker(args.worker, args.engine, args.model, args.steps, args.out, groups)
+        return
+    if args.dry_run:
+        dry_run(args.json)
         return
     if args.overhead_only:
         print_overhead([rollout_overhead(*setup) for setup in OVERHEAD_SETUPS])
@@ -155,6 +169,41 @@ def probe_threads() -> dict[str, Any]:
     )
     settings: dict[str, Any] = json.loads(done.stdout)
     return {f"worker_{key}": value for key, value in settings.items()}
+
+
+DRY_GROUPS = 2
+"""Groups of our run's step in the dry run."""
+DRY_MODEL = (
+    "model.warm_start.steps=2", "model.warm_start.batch_size=8",
+    "model.warm_start.examples_per_env=64",
+)  # fmt: skip
+"""The dry run's model: the default run's, warm-started for 2 steps only."""
+
+
+def dry_run(out: Path | None) -> None:
+    """What the comparison times, at tiny sizes, its figures checked (not their times)."""
+    model = build_model(Path(tempfile.gettempdir()) / "agentgym-compare-trl-dry", DRY_MODEL)
+    episodes = DRY_GROUPS * GROUP_SIZE
+    overhead = [
+        rollout_overhead(*setup, episodes=episodes, repeats=2, model=model)
+        for setup in OVERHEAD_SETUPS
+    ]
+    print_overhead(overhead)
+    runs = {"agentgym": measure("agentgym", OURS_LIKE, model, 1, dry=True)}
+    if importlib.util.find_spec("trl") is None:
+        print('trl is not installed (pip install -e ".[compare]"): TRL\'s run skipped')
+    else:
+        runs["trl"] = measure("trl", "hf", model, 1)
+    for framework, figures in runs.items():
+        steps, rewards = figures["step_seconds"], figures["reward"]
+        if not (len(steps) == len(rewards) == 1 and steps[0] > 0 and figures["tokens"][0] > 0):
+            raise SystemExit(f"{framework}: not one step with figures: {figures}")
+        print(
+            f"{framework} dry run ({figures['engine']}): 1 step in {steps[0]:.2f} s, "
+            f"{figures['tokens'][0]:.0f} tokens, reward {rewards[0]:+.3f}"
+        )
+    if out:
+        out.write_text(json.dumps({"runs": runs, "overhead": overhead}, indent=1))
 
 
 FIGURES = (

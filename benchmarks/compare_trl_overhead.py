@@ -60,11 +60,12 @@ def rollout_overhead(
     prefix_check: str = "warn",
     episodes: int = GROUPS * GROUP_SIZE,
     repeats: int = 20,
+    model: Path | None = None,
 ) -> dict[str, Any]:
     """Our rollout's own milliseconds per ``episodes`` single-turn Sokoban episodes in
     ``mode`` with ``prefix_check``: the wall time with an instant backend, less the
     time spent inside the env's own ``reset`` and ``step`` during that rollout (median
-    of ``repeats``)."""
+    of ``repeats``; ``model``: the tokenizer's folder, default the compared runs')."""
     from transformers import AutoTokenizer
 
     from agentgym.envs.text_env import TextEnv
@@ -72,7 +73,7 @@ def rollout_overhead(
     from agentgym.rollout.env_manager import EnvManager
     from agentgym.rollout.loop import RolloutConfig, collect
 
-    model = build_model(Path(tempfile.gettempdir()) / "agentgym-compare-trl")
+    model = model or build_model(Path(tempfile.gettempdir()) / "agentgym-compare-trl")
     tokenizer = AutoTokenizer.from_pretrained(model)
     chat = ChatTokenizer(tokenizer)
     config = env_config()

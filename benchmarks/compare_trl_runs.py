@@ -11,6 +11,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,9 @@ def first_turn(env: Any, seed: int) -> list[dict[str, str]]:
     ]
 
 
-def build_model(root: Path) -> Path:
-    """The default run's tiny model (warm-started for Sokoban), built once under ``root``."""
+def build_model(root: Path, overrides: Sequence[str] = ()) -> Path:
+    """The default run's tiny model (warm-started for Sokoban), built once under ``root``
+    (``overrides``: more of the run's, e.g. a shorter warm start)."""
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
@@ -60,25 +62,29 @@ def build_model(root: Path) -> Path:
     from agentgym.schema import validate
 
     with initialize_config_module("agentgym.configs", version_base=None):
-        cfg = compose("config", overrides=["env=sokoban", f"model.cache_dir={root}"])
+        cfg = compose("config", overrides=["env=sokoban", f"model.cache_dir={root}", *overrides])
     return model_path(validate(OmegaConf.to_container(cfg, resolve=True)))  # type: ignore[arg-type]
 
 
-def run_ours(engine: str, model: Path, steps: int, out: Path) -> dict[str, Any]:
-    """``python -m agentgym.train`` as a user would write it; figures from metrics.jsonl."""
+def run_ours(
+    engine: str, model: Path, steps: int, out: Path, groups: int = GROUPS
+) -> dict[str, Any]:
+    """``python -m agentgym.train`` as a user would write it, ``groups`` groups a step;
+    figures from metrics.jsonl."""
     tokens = env_config()["max_new_tokens"]
+    samples = groups * GROUP_SIZE
     overrides = [
         "env=sokoban",
         "max_turns=1",
         f"model.path={model}",
         f"generation={engine.removesuffix('-all')}",
         f"drop_zero_variance_groups={str(engine != OURS_LIKE).lower()}",
-        f"generation.max_batch_size={GROUPS * GROUP_SIZE}",
-        f"train_env_manager.env_groups={GROUPS}",
+        f"generation.max_batch_size={samples}",
+        f"train_env_manager.env_groups={groups}",
         f"train_env_manager.group_size={GROUP_SIZE}",
-        f"rollout_batch_size={GROUPS * GROUP_SIZE}",
+        f"rollout_batch_size={samples}",
         f"actor_train.training_args.per_device_train_batch_size={MICRO}",
-        f"actor_train.training_args.gradient_accumulation_steps={ACCUMULATE}",
+        f"actor_train.training_args.gradient_accumulation_steps={samples // MICRO}",
         f"env.max_new_tokens={tokens}",
         f"max_steps={steps}",
         "eval_steps=0",
@@ -100,7 +106,7 @@ def run_ours(engine: str, model: Path, steps: int, out: Path) -> dict[str, Any]:
         "step_seconds": [r["time/step"] for r in rows],
         "rollout_seconds": [r["time/rollout"] for r in rows],
         "train_seconds": [r["time/train"] for r in rows],
-        "tokens": [r["train/all/response_tokens"] * GROUPS * GROUP_SIZE for r in rows],
+        "tokens": [r["train/all/response_tokens"] * samples for r in rows],
         "reward": [r["train/all/score"] for r in rows],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
     }
@@ -239,8 +245,13 @@ def check_prompts(tokenizer: Any, rows: list[dict[str, Any]], render: Any) -> No
             raise AssertionError(f"prompt of seed {row['seed']} differs between TRL and agentgym")
 
 
-def worker(framework: str, engine: str, model: Path, steps: int, out: Path) -> None:
-    """One run, its figures written to ``out/figures.json`` for the driver."""
-    run = run_ours if framework == "agentgym" else run_trl
-    figures = {**run(engine, model, steps, out), "engine": engine}
+def worker(
+    framework: str, engine: str, model: Path, steps: int, out: Path, groups: int = GROUPS
+) -> None:
+    """One run, its figures written to ``out/figures.json`` for the driver (``groups``:
+    ours only; TRL's batch is always :data:`GROUPS`)."""
+    if framework == "agentgym":
+        figures = {**run_ours(engine, model, steps, out, groups), "engine": engine}
+    else:
+        figures = {**run_trl(engine, model, steps, out), "engine": engine}
     (out / "figures.json").write_text(json.dumps(figures))

@@ -65,7 +65,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dry-run", action="store_true", help="tiny: 16 samples")
     args = parser.parse_args()
+    if args.dry_run:
+        args.samples = 16
     lengths = episode_lengths(args.samples, args.seed)
     batch = batch_of(lengths)
     real = int(lengths.sum())

@@ -91,12 +91,15 @@ def _vocab(model_dir: Path) -> int:
     return int(json.loads((model_dir / "config.json").read_text())["vocab_size"])
 
 
-def build(root: Path, layers: int) -> dict[str, Path]:
-    """The model folder of each of :data:`SHAPES` under ``root``."""
+def build(root: Path, layers: int, shaped: bool = True) -> dict[str, Path]:
+    """The model folder of each of :data:`SHAPES` under ``root`` (the tiny one alone
+    unless ``shaped``)."""
     sys.path.insert(0, str(Path(__file__).parent))
     import weight_sync_bench as models
 
     tiny = models.build_tiny(root / "tiny")
+    if not shaped:
+        return {"tiny": tiny}
     models.QWEN25_05B["num_hidden_layers"] = layers
     return {"tiny": tiny, SHAPES[1]: models.build_qwen05b_shaped(root / SHAPES[1], tiny)}
 
@@ -107,13 +110,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--one", nargs=2, metavar=("MODEL_DIR", "MODE"), help=argparse.SUPPRESS)
+    parser.add_argument("--dry-run", action="store_true", help="tiny: the tiny model, 1 step")
     args = parser.parse_args()
+    if args.dry_run:
+        args.steps = 1
     if args.one:
         print(json.dumps(measure(Path(args.one[0]), args.one[1], args.steps)))
         return
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as root:
-        for shape, model_dir in build(Path(root), args.layers).items():
+        for shape, model_dir in build(Path(root), args.layers, not args.dry_run).items():
             for mode in MODES:
                 command = [sys.executable, __file__, "--one", str(model_dir), mode]
                 result = subprocess.run(

@@ -34,7 +34,7 @@ import random
 import statistics
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -157,8 +157,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     for name, value in vars(defaults).items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--dry-run", action="store_true", help="tiny: 8 episodes, 2 syncs")
     args = parser.parse_args(argv)
     settings = Settings(**{k: getattr(args, k) for k in vars(defaults)})
+    if args.dry_run:
+        settings = replace(settings, episodes=8, syncs=2, train=0.1, max_tokens=64)
     figures = {way: asyncio.run(run(way, settings)) for way in ("drain", "regenerate", "continue")}
     print(
         f"{settings.episodes} episodes, {settings.syncs} syncs every {settings.train} s of "

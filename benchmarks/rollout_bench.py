@@ -143,15 +143,18 @@ class ThroughputFigures:
         return self.tokens / self.seconds
 
 
-async def sokoban_throughput(backend: Any, model_path: str, name: str) -> ThroughputFigures:
-    """Generated tokens per second of a Sokoban rollout: 8 groups × 4 envs, 5 turns, 32 tokens."""
+async def sokoban_throughput(
+    backend: Any, model_path: str, name: str, groups: int = 8, max_turns: int = 5
+) -> ThroughputFigures:
+    """Generated tokens per second of a Sokoban rollout: ``groups`` (8) × 4 envs,
+    ``max_turns`` (5) turns, 32 tokens."""
     from transformers import AutoTokenizer
 
     chat = ChatTokenizer(AutoTokenizer.from_pretrained(model_path))
-    manager = EnvManager(tags=["sokoban"], env_groups=8, group_size=4, seed=0)
+    manager = EnvManager(tags=["sokoban"], env_groups=groups, group_size=4, seed=0)
     config = RolloutConfig(
         mode="trajectory",
-        max_turns=5,
+        max_turns=max_turns,
         sequence_length=4096,
         prefix_check="off",
         sampling=SamplingParams(max_new_tokens=32, seed=0),

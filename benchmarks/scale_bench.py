@@ -77,7 +77,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sizes", type=int, nargs="+", default=[128, 1024, 8192])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--dry-run", action="store_true", help="tiny: 8 and 16 episodes, 1 round")
     args = parser.parse_args(argv)
+    if args.dry_run:
+        args.sizes, args.rounds = [8, 16], 1
     figures: dict[str, dict[int, dict[str, float]]] = {"in process": {}}
     for size in args.sizes:
         figures["in process"][size] = measure(size, None, args.rounds)

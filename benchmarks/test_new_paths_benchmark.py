@@ -26,6 +26,7 @@ import statistics
 from typing import Any
 
 import pytest
+from dry import DRY, sized
 
 GEM_IDS = ("game:GuessTheNumber-v0", "rg:letter_counting")
 
@@ -34,6 +35,7 @@ def _once(benchmark: Any, measure: Any) -> Any:
     return benchmark.pedantic(measure, rounds=1, iterations=1)
 
 
+@pytest.mark.skipif(DRY, reason="CI runs proxy_bench.py --dry-run: tests/proxy/test_proxy_bench.py")
 @pytest.mark.benchmark(group="new paths: the proxy against the env manager")
 def test_proxy_episodes_per_second(benchmark: Any) -> None:
     from proxy_bench import episode_rate
@@ -52,13 +54,14 @@ def test_gem_adapter_seconds_per_step(benchmark: Any, env_id: str) -> None:
     from gem_bench import measure
 
     anchor, contender = _once(
-        benchmark, lambda: measure(env_id, episodes=64, rounds=7, threads=False)
+        benchmark, lambda: measure(env_id, episodes=sized(64, 4), rounds=sized(7, 1), threads=False)
     )
     ratio = statistics.median(c / a for a, c in zip(anchor, contender, strict=True))
     benchmark.extra_info.update(direct=anchor, adapter=contender, ratio=ratio)
     print(f"\n{env_id}: adapter ÷ GEM per step {ratio:.2f} (goal <= 1.1)")
 
 
+@pytest.mark.skipif(DRY, reason="CI runs http_env_bench.py --dry-run: tests/envs/test_http_env.py")
 @pytest.mark.benchmark(group="new paths: the http env against the env in process")
 def test_http_env_milliseconds_per_step(benchmark: Any) -> None:
     from http_env_bench import main
