@@ -10,6 +10,9 @@ the spread of one job on this machine). The machine, its load and its thread set
 are printed with the figures.
 
     python benchmarks/headline.py [--runs 3] [--same-seed] [--json PATH] [key=value ...]
+
+``--dry-run`` (CI): two runs of 1 step at ``first_run.py``'s tiny sizes, validated on 4
+episodes at steps 0 and 1; it checks the table, not the figures.
 """
 
 from __future__ import annotations
@@ -24,10 +27,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from first_run import DRY
 from machine import machine, print_machine
 
 COMMAND = ("-m", "agentgym.train", "env=sokoban")
 """``make run``'s job."""
+
+DRY_RUN = (
+    *DRY, "max_steps=1", "eval_steps=1", "val_batch_size=4", "val_env_manager.env_groups=4",
+)  # fmt: skip
+"""The dry run's overrides."""
 
 SUCCESS = "val/all/success"
 """The validation success rate the README quotes (every validation env's episodes)."""
@@ -72,10 +81,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--same-seed", action="store_true", help="every run with seed 0")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--dry-run", action="store_true", help="2 tiny runs of 1 step")
     parser.add_argument("overrides", nargs="*", help="key=value for every run (e.g. max_steps)")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.dry_run:
+        args.runs, args.overrides = 2, [*DRY_RUN, *args.overrides]
     settings = machine()
     print("machine:")
     print_machine(settings)

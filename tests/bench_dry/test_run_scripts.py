@@ -1,4 +1,5 @@
-"""The benchmark scripts that train (``compare_trl.py``, ``first_run.py``) with
+"""The benchmark scripts that train (``compare_trl.py``, ``first_run.py``,
+``headline.py``) with
 ``--dry-run``: a model warm-started for 2 steps, one training step."""
 
 from __future__ import annotations
@@ -31,3 +32,15 @@ def test_first_run() -> None:
     done = run_script("first_run")  # exits 1 unless the run reached its first step
     assert re.search(r"^sokoban: step 1 at \d+ s", done.stdout, re.MULTILINE)
     assert re.search(r"^\| `sokoban` \| \d+ s \|", done.stdout, re.MULTILINE)
+
+
+def test_headline(tmp_path: Path) -> None:
+    out = tmp_path / "headline.json"
+    done = run_script("headline", "--json", str(out))
+    report = json.loads(out.read_text())
+    assert [sorted(run["curve"]) for run in report["runs"]] == [["0", "1"], ["0", "1"]]
+    for run in report["runs"]:
+        assert 0.0 <= run["start"] <= 1.0 and 0.0 <= run["end"] <= 1.0
+        assert run["gain"] == run["end"] - run["start"]
+    assert "| duration without the model cache, s |" in done.stdout
+    assert report["machine"]["logical_cpus"] >= 1
