@@ -18,6 +18,7 @@ import agentgym
 from agentgym.errors import ConfigError, did_you_mean
 from agentgym.formats.native import CONFIG_GROUPS, file_arguments, is_native_file
 from agentgym.schema import OPEN_MAPPINGS, known_paths
+from agentgym.trainers.tracking import CONSOLE_LOG_FILE
 
 
 @contextlib.contextmanager
@@ -55,8 +56,6 @@ def _write_into_run_folder(line: str) -> None:
     """Append ``line`` to the console log of the run folder Hydra made for this run, if
     it made one: a folder a config error stopped says why."""
     from hydra.core.hydra_config import HydraConfig
-
-    from agentgym.trainers.tracking import CONSOLE_LOG_FILE
 
     if not HydraConfig.initialized():
         return

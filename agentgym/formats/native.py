@@ -57,6 +57,7 @@ def _leaves(path: str, value: Any) -> list[str]:
 def is_native_file(raw: Mapping[str, Any]) -> bool:
     """Whether ``raw`` is one of agentgym's own config files: not ROLL's or
     Trinity-RFT's, and no Hydra ``defaults`` list of its own."""
+    # both formats import this module's helpers: imported at the top, they would be a cycle
     from agentgym.formats.roll import is_roll_config
     from agentgym.formats.trinity import is_trinity_config
 

@@ -34,8 +34,10 @@ from agentgym.proxy.hosts import (
 from agentgym.proxy.runners import AgentResult, AgentRunner, AgentTask, load_runner
 from agentgym.rollout.backends.base import GenerationBackend
 from agentgym.rollout.chat import ChatTokenizer
+from agentgym.rollout.engines import EngineClient
 from agentgym.rollout.env_manager import Assignment
 from agentgym.rollout.loop import RolloutConfig, new_trajectory
+from agentgym.rollout.router import Router
 from agentgym.rollout.workers import EnvClient
 from agentgym.trajectory import Trajectory
 
@@ -130,8 +132,6 @@ class ProxyPlayers:
 
 def _engines(backend: GenerationBackend) -> list[EngineClient]:
     """The engine workers behind ``backend`` (none when any part of it is not one)."""
-    from agentgym.rollout.engines import EngineClient
-    from agentgym.rollout.router import Router
 
     parts = backend.backends if isinstance(backend, Router) else [backend]
     return list(parts) if all(isinstance(part, EngineClient) for part in parts) else []  # type: ignore[arg-type]
