@@ -72,6 +72,15 @@ def test_success_and_validity_flags_follow_gems_rewards() -> None:
     )
 
 
+def test_np_random_and_its_seed_are_gymnasiums_after_each_seeded_reset() -> None:
+    # the generator is made lazily (a game's step is a few µs); what it reports is not
+    env = agentgym.make("gem", env_id="game:GuessTheNumber-v0").unwrapped
+    for seed in (5, 7):
+        env.reset(seed=seed)
+        assert env.np_random_seed == seed
+        assert env.np_random.integers(1 << 30) == np.random.default_rng(seed).integers(1 << 30)
+
+
 def test_an_unknown_id_names_the_close_one() -> None:
     with pytest.raises(ConfigError, match=r"'game:GuessTheNumbr-v0' is not a GEM env id\. Did you "
                        r"mean 'game:GuessTheNumber-v0'\?"):  # fmt: skip
