@@ -105,7 +105,6 @@ def run_ours(
     return {
         "step_seconds": [r["time/step"] for r in rows],
         "rollout_seconds": [r["time/rollout"] for r in rows],
-        "train_seconds": [r["time/train"] for r in rows],
         "tokens": [r["train/all/response_tokens"] * samples for r in rows],
         "reward": [r["train/all/score"] for r in rows],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
