@@ -160,7 +160,8 @@ def test_the_three_files_run_as_a_decoupled_job(tmp_path: Path, tiny_model_dir: 
     assert sorted(consumed) == [1, 2, 3, 4]
     keys = [key for step in consumed.values() for key in step]
     assert len(keys) == len(set(keys)) == 8
-    assert {record.name for record in buffer.explorers()} == {"explorer", "explorer_new"}
+    written = {record.name: record.written for record in buffer.explorers()}
+    assert sorted(written) == ["explorer", "explorer_new"] and sum(written.values()) >= 8
     # each process its own run folder by default (the time, then -train or
     # -explore-<name>), each with its whole console log and metrics
     folders = {f.name.split("-", 5)[-1]: f for f in tmp_path.glob("outputs/train/*/*")}
@@ -169,7 +170,10 @@ def test_the_three_files_run_as_a_decoupled_job(tmp_path: Path, tiny_model_dir: 
         rows = (folder / "logs" / "metrics.jsonl").read_text()
         assert (folder / "train.log").read_text()
         assert ("actor/loss" in rows) == (name == "train")  # the trainer's rows only there
-        assert ("explore/groups_written" in rows) == (name != "train")
+        # an explorer logs the groups it wrote; the one that started later (vLLM's
+        # start) may find the other has played every group, and then has none to log
+        wrote = name != "train" and written[name.removeprefix("explore-")] > 0
+        assert ("explore/groups_written" in rows) == wrote
 
 
 def test_agentgym_run_takes_the_file_itself() -> None:
