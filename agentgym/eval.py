@@ -35,7 +35,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from agentgym.builders.engines import generation_backend
-from agentgym.builders.rollouts import episode_players, val_rollout
+from agentgym.builders.rollouts import env_rollout, episode_players
 from agentgym.command_line import open_mapping_overrides, register_env_configs, run_hydra
 from agentgym.envs.adapter import make_text_env
 from agentgym.envs.scripted import AGENTS
@@ -211,7 +211,8 @@ async def evaluate_envs(
     """Play the validation episodes (group size 1, fixed seeds) as a run validates them
     (:func:`~agentgym.rollout.evaluation.evaluate`); the envs and the backend are closed
     after."""
-    val = val_rollout(config, backend, ChatTokenizer(tokenizer), players=episode_players(config))
+    chat = ChatTokenizer(tokenizer)
+    val = env_rollout(config, backend, chat, validation=True, players=episode_players(config))
     try:
         return (await evaluate(val)).result
     finally:

@@ -131,7 +131,7 @@ async def run(way: str, settings: Settings) -> dict[str, float]:
             timeout=600,
             abort=way == "regenerate",
         )
-        waits.append(times.pause)
+        waits.append(times["time/weight_sync_pause"])
         steps.append(time.perf_counter() - step_started)
     seconds = time.perf_counter() - started
     engine.closing = True

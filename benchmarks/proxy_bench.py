@@ -43,7 +43,7 @@ from agentgym.rollout.env_manager import EnvManager
 from agentgym.rollout.loop import RolloutConfig, collect
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rollout_bench import InstantEnv, build_model, setup
+from rollout_bench import InstantEnv, build_model, setup, timed_config
 
 OBSERVATION = "value 12"
 
@@ -180,13 +180,7 @@ def episode_rate(
     tokenizer = AutoTokenizer.from_pretrained(folder)
     backend = make_backend(engine, str(folder), max_model_len=4096)
     chat = ChatTokenizer(tokenizer)
-    config = RolloutConfig(
-        mode="trajectory",
-        max_turns=turns,
-        sequence_length=4096,
-        prefix_check="off",
-        sampling=SamplingParams(max_new_tokens=32, seed=0),
-    )
+    config = timed_config(turns, sampling=SamplingParams(max_new_tokens=32, seed=0))
     players = ProxyPlayers(AgentSettings())
     own: list[float] = []
     proxy: list[float] = []

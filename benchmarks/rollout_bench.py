@@ -92,12 +92,22 @@ def setup(envs: int) -> tuple[EnvManager, InstantBackend, ChatTokenizer]:
     return manager, InstantBackend(response), ChatTokenizer(tokenizer)
 
 
+def timed_config(max_turns: int, *, prefix_check: str = "off", **options: Any) -> RolloutConfig:
+    """The benchmarks' rollout: whole trajectories of ``max_turns`` turns in a 4096-token
+    window, the prefix check off (timed, not verified) unless asked for."""
+    return RolloutConfig(
+        mode="trajectory",
+        max_turns=max_turns,
+        sequence_length=4096,
+        prefix_check=prefix_check,
+        **options,
+    )
+
+
 def run_overhead(envs: int, prefix_check: str = "off") -> OverheadFigures:
     """Collect ``envs`` × :data:`TURNS` env-turns with instant env and backend."""
     manager, backend, chat = setup(envs)
-    config = RolloutConfig(
-        mode="trajectory", max_turns=TURNS, sequence_length=4096, prefix_check=prefix_check
-    )
+    config = timed_config(TURNS, prefix_check=prefix_check)
     env = InstantEnv()
     env.reset(seed=0)
     start = time.perf_counter()
@@ -152,13 +162,7 @@ async def sokoban_throughput(
 
     chat = ChatTokenizer(AutoTokenizer.from_pretrained(model_path))
     manager = EnvManager(tags=["sokoban"], env_groups=groups, group_size=4, seed=0)
-    config = RolloutConfig(
-        mode="trajectory",
-        max_turns=max_turns,
-        sequence_length=4096,
-        prefix_check="off",
-        sampling=SamplingParams(max_new_tokens=32, seed=0),
-    )
+    config = timed_config(max_turns, sampling=SamplingParams(max_new_tokens=32, seed=0))
     await collect(manager, backend, chat, config)  # warm-up
     start = time.perf_counter()
     result = await collect(manager, backend, chat, config)

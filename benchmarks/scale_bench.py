@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from env_workers_bench import WORKERS, ray_cluster
-from rollout_bench import TURNS, setup
+from rollout_bench import TURNS, setup, timed_config
 
 from agentgym.cluster import Cluster
 from agentgym.rollout.env_manager import EnvManager
-from agentgym.rollout.loop import RolloutConfig, collect
+from agentgym.rollout.loop import collect
 
-CONFIG = RolloutConfig(mode="trajectory", max_turns=TURNS, sequence_length=4096, prefix_check="off")
+CONFIG = timed_config(TURNS)
 
 
 def instant_manager(envs: int, cluster: Cluster | None) -> tuple[EnvManager, Any, Any]:

@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 from dry import sized
-from rollout_bench import InstantEnv
+from rollout_bench import InstantEnv, timed_config
 
 import agentgym
 from agentgym.models.tiny import build_tokenizer
 from agentgym.rollout.backends.base import Generation, SamplingParams
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.env_manager import EnvManager
-from agentgym.rollout.loop import RolloutConfig, collect
+from agentgym.rollout.loop import collect
 
 GROUPS = sized(16, 2)
 GROUP_SIZE = 4
@@ -78,9 +78,7 @@ def _setup(extra: int) -> tuple[EnvManager, LongTailBackend, ChatTokenizer]:
 @pytest.mark.parametrize("extra", sized([0, 2, 4, 8, 16], [0, 2]))
 def test_step_time_with_extra_groups(benchmark: Any, extra: int) -> None:
     manager, backend, chat = _setup(extra)
-    config = RolloutConfig(
-        mode="trajectory", max_turns=TURNS, sequence_length=4096, prefix_check="off"
-    )
+    config = timed_config(TURNS)
     cancelled: list[float] = []
 
     def step() -> None:

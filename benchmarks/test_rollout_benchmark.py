@@ -18,17 +18,16 @@ from rollout_bench import (
     run_overhead,
     setup,
     sokoban_throughput,
+    timed_config,
 )
 
-from agentgym.rollout.loop import RolloutConfig, collect
+from agentgym.rollout.loop import collect
 
 
 @pytest.mark.parametrize("envs", sized([1, 64, 1024], [1, 8]))
 def test_manager_overhead(benchmark: Any, envs: int) -> None:
     manager, backend, chat = setup(envs)
-    config = RolloutConfig(
-        mode="trajectory", max_turns=TURNS, sequence_length=4096, prefix_check="off"
-    )
+    config = timed_config(TURNS)
     benchmark.extra_info["env_turns"] = envs * TURNS
     result = benchmark.pedantic(
         lambda: asyncio.run(collect(manager, backend, chat, config)), rounds=3, iterations=1

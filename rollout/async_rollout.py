@@ -229,23 +229,6 @@ class PausableBackend:
         await self.backend.close()
 
 
-@dataclass(frozen=True)
-class SyncTimes:
-    """Where a weight sync under async generation spent its time (seconds)."""
-
-    pause: float
-    transfer: float
-    resume: float
-
-    def metrics(self) -> dict[str, float]:
-        """Tracker entries."""
-        return {
-            "time/weight_sync_pause": self.pause,
-            "time/weight_sync": self.transfer,
-            "time/weight_sync_resume": self.resume,
-        }
-
-
 async def bounded_update(
     update: Callable[[], Awaitable[None]], backend: Any, *, timeout: float, paused: bool = False
 ) -> float:
@@ -277,8 +260,9 @@ async def paused_update(
     *,
     timeout: float,
     abort: bool = False,
-) -> SyncTimes:
-    """Pause generation, run ``update`` (bounded by ``timeout``), bump the version, resume.
+) -> dict[str, float]:
+    """Pause generation, run ``update`` (bounded by ``timeout``), bump the version, resume;
+    where the sync spent its time, as tracker entries (seconds pausing, updating, resuming).
 
     Generation is resumed whatever happens (a ``finally``); the version moves
     only when the update succeeded.
@@ -295,7 +279,11 @@ async def paused_update(
         synced = time.perf_counter()
     finally:
         client.resume()
-    return SyncTimes(paused - started, synced - paused, time.perf_counter() - synced)
+    return {
+        "time/weight_sync_pause": paused - started,
+        "time/weight_sync": synced - paused,
+        "time/weight_sync_resume": time.perf_counter() - synced,
+    }
 
 
 @dataclass
@@ -398,7 +386,7 @@ class AsyncRollout:
 
     async def sync(
         self, update: Callable[[], Awaitable[None]], *, timeout: float, abort: bool = False
-    ) -> SyncTimes:
+    ) -> dict[str, float]:
         """:func:`paused_update`, then admit the episodes the new version allows."""
         try:
             return await paused_update(self.client, update, timeout=timeout, abort=abort)

@@ -288,7 +288,7 @@ class AheadSource:
         pipeline = self._running()
         times = await pipeline.sync(self.envs.transfer(weights), timeout=timeout)
         return (
-            times.metrics()
+            times
             | sync_breakdown(self.envs.backend)
             | {"async/policy_version": float(pipeline.client.version)}
         )

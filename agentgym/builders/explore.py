@@ -17,7 +17,7 @@ from agentgym.builders.engines import run_engines
 from agentgym.builders.env_check import check_envs
 from agentgym.builders.job import connect_to_job
 from agentgym.builders.model import model_path
-from agentgym.builders.rollouts import build_rollouts, rollout_config, val_rollout
+from agentgym.builders.rollouts import build_rollouts, env_rollout, rollout_config
 from agentgym.builders.run_folder import open_run_folder
 from agentgym.job.explorer import ExplorerParts, close_all
 from agentgym.proxy.serve import ServeParts
@@ -59,7 +59,9 @@ def build_server(config: TrainConfig, resolved: dict[str, Any]) -> ServeParts:
         check_envs(config)
 
     def validation(backend: Any, chat: ChatTokenizer, workers: Any) -> tuple[Rollout | None]:
-        return (val_rollout(config, backend, chat, workers) if config.eval_steps else None,)
+        if not config.eval_steps:
+            return (None,)
+        return (env_rollout(config, backend, chat, validation=True, cluster=workers),)
 
     floor = _explorer_floor(config, resolved, validation)
     (val,) = floor.rollouts

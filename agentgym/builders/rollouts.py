@@ -98,43 +98,31 @@ def env_manager(
     )
 
 
-def train_rollout(
+def env_rollout(
     config: TrainConfig,
     backend: GenerationBackend,
     chat: ChatTokenizer,
-    cluster: Cluster,
-    players: PlayerFactory | None = None,
-) -> Rollout:
-    """The train episodes: ``train_env_manager``'s envs (with ROLL's extra groups when
-    ``is_use_additional_prompts``), the engines, the train sampling."""
-    manager = env_manager(
-        config.train_env_manager,
-        config,
-        cluster=cluster,
-        additional_groups=(
-            config.max_additional_running_prompts if config.is_use_additional_prompts else 0
-        ),
-    )
-    return Rollout(manager, backend, chat, rollout_config(config), players)
-
-
-def val_rollout(
-    config: TrainConfig,
-    backend: GenerationBackend,
-    chat: ChatTokenizer,
+    *,
+    validation: bool = False,
     cluster: Cluster | None = None,
     players: PlayerFactory | None = None,
 ) -> Rollout:
-    """The validation episodes: ``val_env_manager``'s envs on fixed seeds (with frames
-    for renders when ``render_save_dir`` is set), the validation sampling."""
-    manager = env_manager(
-        config.val_env_manager,
-        config,
-        cluster=cluster,
-        fixed_seeds=True,
-        render_mode="rgb_array" if config.render_save_dir else None,
-    )
-    return Rollout(manager, backend, chat, rollout_config(config, validation=True), players)
+    """The train episodes: ``train_env_manager``'s envs (with ROLL's extra groups when
+    ``is_use_additional_prompts``), the train sampling; or, with ``validation``,
+    ``val_env_manager``'s envs on fixed seeds (with frames for renders when
+    ``render_save_dir`` is set), the validation sampling."""
+    if validation:
+        section = config.val_env_manager
+        options: dict[str, Any] = {
+            "fixed_seeds": True,
+            "render_mode": "rgb_array" if config.render_save_dir else None,
+        }
+    else:
+        section = config.train_env_manager
+        extra = config.max_additional_running_prompts if config.is_use_additional_prompts else 0
+        options = {"additional_groups": extra}
+    manager = env_manager(section, config, cluster=cluster, **options)
+    return Rollout(manager, backend, chat, rollout_config(config, validation=validation), players)
 
 
 def rollout_source(config: TrainConfig, train: Rollout) -> RolloutSource:
@@ -185,7 +173,8 @@ def build_rollouts(
     """A mode's train and validation episodes on ``backend`` (no validation envs when
     ``eval_steps`` is 0: nothing would play them)."""
     players = episode_players(config)
-    train = train_rollout(config, backend, chat, cluster, players)
+    train = env_rollout(config, backend, chat, cluster=cluster, players=players)
     if not config.eval_steps:
         return train, None
-    return train, val_rollout(config, backend, chat, cluster, players)
+    val = env_rollout(config, backend, chat, validation=True, cluster=cluster, players=players)
+    return train, val
