@@ -35,7 +35,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from agentgym.builders.engines import generation_backend
-from agentgym.builders.rollouts import env_rollout, episode_players
+from agentgym.builders.players import episode_players
+from agentgym.builders.rollouts import env_rollout
 from agentgym.command_line import open_mapping_overrides, register_env_configs, run_hydra
 from agentgym.envs.adapter import make_text_env
 from agentgym.envs.scripted import AGENTS

@@ -17,6 +17,7 @@ from agentgym.builders.engines import run_engines
 from agentgym.builders.env_check import check_envs
 from agentgym.builders.job import connect_to_job
 from agentgym.builders.model import model_path
+from agentgym.builders.players import episode_players
 from agentgym.builders.rollouts import build_rollouts, env_rollout, rollout_config
 from agentgym.builders.run_folder import open_run_folder
 from agentgym.job.explorer import ExplorerParts, close_all
@@ -31,7 +32,8 @@ from agentgym.trainers.tracking import Tracker
 def build_explorer(config: TrainConfig, resolved: dict[str, Any]) -> ExplorerParts:
     """``mode: explore``'s parts: the envs, the engines and a tracker (no strategy)."""
     check_envs(config)
-    floor = _explorer_floor(config, resolved, partial(build_rollouts, config))
+    players = episode_players(config)
+    floor = _explorer_floor(config, resolved, partial(build_rollouts, config, players=players))
     train, val = floor.rollouts
     assert train is not None
     job = connect_to_job(config)

@@ -8,8 +8,6 @@ from typing import Any
 
 from agentgym.cluster import Cluster
 from agentgym.config_sections import EnvManagerSection, GeneratingArgs
-from agentgym.proxy.native import NativePlayer
-from agentgym.proxy.players import AgentSettings, ProxyPlayers
 from agentgym.rollout.backends import GenerationBackend, SamplingParams
 from agentgym.rollout.chat import ChatTokenizer
 from agentgym.rollout.dump import DumpingSource, ReplaySource
@@ -44,23 +42,6 @@ def rollout_config(config: TrainConfig, *, validation: bool = False) -> RolloutC
         prefix_check=config.prefix_check,
         record_frames=validation and bool(config.render_save_dir),
         generate_opt_level=config.generate_opt_level,
-    )
-
-
-def episode_players(config: TrainConfig) -> PlayerFactory | None:
-    """Who plays the episodes (``agent.kind``): None, the env manager's own loop; for
-    ``native``, the envs' own conversations (:class:`NativePlayer`); for ``proxy``,
-    agents through the OpenAI-compatible proxy (one server per event loop, shared by the
-    train and validation episodes; under ``distributed=ray``, one in each engine's
-    process)."""
-    agent = config.agent
-    if agent.kind == "env":
-        return None
-    if agent.kind == "native":  # the env owns the conversation (ROLL's agent-native envs)
-        return NativePlayer
-    return ProxyPlayers(
-        AgentSettings(runner=agent.runner, timeout=agent.timeout, host=agent.host, port=agent.port),
-        on_engines=config.distributed == "ray",
     )
 
 
@@ -168,11 +149,15 @@ def rollout_fingerprint(config: TrainConfig) -> dict[str, Any]:
 
 
 def build_rollouts(
-    config: TrainConfig, backend: GenerationBackend, chat: ChatTokenizer, cluster: Cluster
+    config: TrainConfig,
+    backend: GenerationBackend,
+    chat: ChatTokenizer,
+    cluster: Cluster,
+    players: PlayerFactory | None,
 ) -> tuple[Rollout, Rollout | None]:
-    """A mode's train and validation episodes on ``backend`` (no validation envs when
+    """A mode's train and validation episodes on ``backend``, played by ``players``
+    (:func:`~agentgym.builders.players.episode_players`; no validation envs when
     ``eval_steps`` is 0: nothing would play them)."""
-    players = episode_players(config)
     train = env_rollout(config, backend, chat, cluster=cluster, players=players)
     if not config.eval_steps:
         return train, None

@@ -87,7 +87,8 @@ def open_run_folder(
     exp_name: str | None = None,
     **tracker_options: Any,
 ) -> Tracker:
-    """Create ``output_dir``, save the resolved config there, record what ran
+    """Create ``output_dir`` (a trainer's ``checkpoints`` linked to its job folder's,
+    :func:`link_checkpoints`), save the resolved config there, record what ran
     (:func:`what_ran`, and the config) in ``train.log`` and ``meta.json`` (with
     ``meta`` and agentgym's version), and start the tracker: our own lines always,
     plus ``track_with``'s.
@@ -102,6 +103,7 @@ def open_run_folder(
     """
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    link_checkpoints(config)
     write_atomic(output_dir / RUN_CONFIG, yaml.safe_dump(resolved, sort_keys=False))
     record = what_ran(config)
     write_json_atomic(

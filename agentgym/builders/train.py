@@ -12,9 +12,10 @@ from agentgym.builders.engines import run_engines
 from agentgym.builders.env_check import check_envs
 from agentgym.builders.job import trainer_source
 from agentgym.builders.model import model_path
+from agentgym.builders.players import episode_players
 from agentgym.builders.recipe import grpo_config, kl_controller
 from agentgym.builders.rollouts import build_rollouts, rollout_source
-from agentgym.builders.run_folder import link_checkpoints, open_run_folder
+from agentgym.builders.run_folder import open_run_folder
 from agentgym.builders.strategies import critic_strategy, policy_strategy
 from agentgym.registry import env_versions
 from agentgym.rollout.chat import ChatTokenizer
@@ -61,7 +62,6 @@ def build_train(
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         output_dir = Path(config.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
-        link_checkpoints(config)
         train: Rollout | None = None
         val: Rollout | None = None
         if config.mode == "train":  # the explorers generate: weights go to the job folder
@@ -72,7 +72,8 @@ def build_train(
             backend = run_engines(config, path, output_dir, workers)
             print(f"generation backend: {config.backend_name}; model: {path}", flush=True)
             chat = ChatTokenizer(tokenizer)
-            train, val = build_rollouts(config, backend, chat, workers)
+            players = episode_players(config)
+            train, val = build_rollouts(config, backend, chat, workers, players)
             source = rollout_source(config, train)
         tracker = open_run_folder(
             config,
