@@ -415,8 +415,8 @@ def warm_start(model: Any, examples: Sequence[Example], spec: WarmStartSpec) -> 
 
     generator = torch.Generator().manual_seed(spec.seed)
     torch.manual_seed(spec.seed)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=spec.learning_rate, weight_decay=spec.weight_decay
+    optimizer = torch.optim.AdamW(  # the multi-tensor path: the same numbers, faster on CPU
+        model.parameters(), lr=spec.learning_rate, weight_decay=spec.weight_decay, foreach=True
     )
     pad = int(model.config.pad_token_id)
     losses = []

@@ -108,3 +108,30 @@ def test_the_runs_optimizer_steps_as_roll_counts_them() -> None:
     assert optimizer.lr_scheduler_type == "cosine"
     # a rank group's actors receive the settings pickled
     assert pickle.loads(pickle.dumps(settings)) == settings
+
+
+def test_adamw_takes_the_multi_tensor_path_with_the_per_tensor_paths_numbers() -> None:
+    # torch's CPU default is the per-tensor loop; ours is the multi-tensor one, which must
+    # give the same parameters to the bit (weight decay, a warmup schedule, several steps)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50))
+    config = OptimizerConfig(
+        learning_rate=1e-2, weight_decay=0.1, warmup_steps=2, total_steps=6, betas=(0.9, 0.95)
+    )
+    ours, schedule = build_optimizer(model, config)
+    assert ours.param_groups[0]["foreach"] is True
+    reference = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50))
+    reference.load_state_dict(model.state_dict())
+    theirs = torch.optim.AdamW(
+        reference.parameters(), lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95), foreach=False
+    )
+    their_schedule = torch.optim.lr_scheduler.LambdaLR(theirs, config.schedule())
+    tokens = torch.randint(0, 50, (4, 7), generator=torch.Generator().manual_seed(1))
+    for _ in range(5):
+        for net, optimizer, lr in ((model, ours, schedule), (reference, theirs, their_schedule)):
+            optimizer.zero_grad()
+            net(tokens).logsumexp(-1).mean().backward()
+            optimizer.step()
+            lr.step()
+    for mine, single in zip(model.parameters(), reference.parameters(), strict=True):
+        assert torch.equal(mine, single)
