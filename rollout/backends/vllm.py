@@ -174,6 +174,7 @@ class VLLMBackend:
         """Generate one response; vLLM batches concurrent requests itself."""
         import vllm
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
 
         sampling = vllm.SamplingParams(
             temperature=params.temperature,
@@ -185,6 +186,7 @@ class VLLMBackend:
             logprobs=0,
             detokenize=False,
             skip_special_tokens=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,  # one output, at the end: all we read
         )
         final = None
         try:
