@@ -2,7 +2,7 @@
 
 ``AGENTGYM_BENCH_DRY=1`` shrinks the sizes that the pytest-benchmark modules read
 through :func:`sized`; run them so with ``--benchmark-disable`` (each benchmarked
-function runs once, untimed), as tests/test_benchmarks_dry.py does in CI::
+function runs once, untimed), as tests/bench_dry/ does in CI::
 
     AGENTGYM_BENCH_DRY=1 python -m pytest benchmarks/ --benchmark-disable -p no:cacheprovider
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -295,6 +296,4 @@ def run_decoupled(engine: str, steps: int, root: Path, extra: Sequence[str] = ()
 
 
 def median(values: Iterator[float] | Sequence[float]) -> float:
-    import statistics
-
     return statistics.median(list(values))

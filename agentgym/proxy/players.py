@@ -132,7 +132,6 @@ class ProxyPlayers:
 
 def _engines(backend: GenerationBackend) -> list[EngineClient]:
     """The engine workers behind ``backend`` (none when any part of it is not one)."""
-
     parts = backend.backends if isinstance(backend, Router) else [backend]
     return list(parts) if all(isinstance(part, EngineClient) for part in parts) else []  # type: ignore[arg-type]
 
