@@ -4,6 +4,7 @@ unknown ids and hub datasets without a local copy are config errors that say wha
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,52 @@ def test_a_local_file_stands_for_the_hub_dataset_and_gems_grader_scores(tmp_path
         assert (reward, terminated, truncated, info["success"]) == (1.0, True, True, True)
     finally:
         env.close()
+
+
+def _game_ids() -> list[str]:
+    from agentgym.envs.gem.ids import gem_registry
+
+    gem_registry()
+    from gem.envs.registration import ENV_REGISTRY
+
+    left_out = (
+        "Sudoku",  # its resets search for a board: up to 0.5 s each
+        "Sokoban",  # 5-13 ms each
+        "Hangman",  # these three need NLTK's word list, which is not here
+        "Wordle",
+        "WordSearch",
+    )
+    broken = {"game:Crosswords-v0-random", "game:FifteenPuzzle-v0-random"}  # gem-llm 0.1's
+    return sorted(
+        i
+        for i in ENV_REGISTRY
+        if i.startswith("game:") and i not in broken and not i[5:].startswith(left_out)
+    )
+
+
+def test_gems_games_answer_with_a_dict_of_their_own_and_the_types_the_adapter_passes_on() -> None:
+    """What ``OWN_RESULTS`` rests on, for GEM's game ids (but the slow and the word
+    games, read in the source to answer the same way): a new info dict from every call,
+    held by nobody else, without the flags the adapter adds, and str/float/bool."""
+    from agentgym.envs.gem.env import OWN_RESULTS
+
+    made, steps = 0, 0
+    for env_id in _game_ids():
+        env = gem.make(env_id)
+        made += 1
+        assert type(env).__module__.startswith(OWN_RESULTS), env_id
+        for episode in range(3):
+            observation, info = env.reset(seed=episode)
+            assert type(observation) is str and type(info) is dict
+            assert sys.getrefcount(info) == 2, env_id  # this name and the call's argument
+            earlier = info
+            for action in actions("game:", episode)[:6]:
+                observation, reward, terminated, truncated, info = env.step(action)
+                assert info is not earlier and sys.getrefcount(info) == 2, env_id
+                assert not {"correct", "success", "action_is_valid"} & info.keys(), env_id
+                assert type(observation) is str and type(reward) is float, (env_id, reward)
+                assert type(terminated) is bool and type(truncated) is bool, env_id
+                earlier, steps = info, steps + 1
+                if terminated or truncated:
+                    break
+    assert made >= 20 and steps > 100
