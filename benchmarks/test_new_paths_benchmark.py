@@ -6,7 +6,8 @@
   alternating (:func:`proxy_bench.episode_rate`);
 - ``GEM``: 64 concurrent episodes of each of GEM's two fidelity ids through the adapter
   (``env=gem``) against ``gem.make``'s envs stepped directly: seconds per step, rounds
-  alternating (:func:`gem_bench.measure`; skipped without the ``gem`` extra);
+  alternating, in a loop and as the rollout sends the calls (:func:`gem_bench.measure`;
+  skipped without the ``gem`` extra);
 - ``HTTP``: 64 concurrent Sokoban episodes through the http env on an env server in its
   own process against the env in process: milliseconds per step
   (:func:`http_env_bench.main`).
@@ -49,16 +50,17 @@ def test_proxy_episodes_per_second(benchmark: Any) -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("gem") is None, reason="the gem extra")
 @pytest.mark.benchmark(group="new paths: the GEM adapter against GEM")
+@pytest.mark.parametrize("mode", ["loop", "rollout"])
 @pytest.mark.parametrize("env_id", GEM_IDS)
-def test_gem_adapter_seconds_per_step(benchmark: Any, env_id: str) -> None:
+def test_gem_adapter_seconds_per_step(benchmark: Any, env_id: str, mode: str) -> None:
     from gem_bench import measure
 
     anchor, contender = _once(
-        benchmark, lambda: measure(env_id, episodes=sized(64, 4), rounds=sized(7, 1), threads=False)
+        benchmark, lambda: measure(env_id, episodes=sized(64, 4), rounds=sized(7, 1), mode=mode)
     )
     ratio = statistics.median(c / a for a, c in zip(anchor, contender, strict=True))
     benchmark.extra_info.update(direct=anchor, adapter=contender, ratio=ratio)
-    print(f"\n{env_id}: adapter ÷ GEM per step {ratio:.2f} (goal <= 1.1)")
+    print(f"\n{env_id}, {mode}: adapter ÷ GEM per step {ratio:.2f} (goal <= 1.1)")
 
 
 @pytest.mark.skipif(DRY, reason="CI runs http_env_bench.py --dry-run: tests/envs/test_http_env.py")

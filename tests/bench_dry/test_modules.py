@@ -14,7 +14,7 @@ PASSED = {
     "test_webshop_benchmark": 3,
     "test_sandbox_latency": 3,
     "test_sokoban_generation": 3,
-    "test_new_paths_benchmark": 2,  # the GEM adapter (the proxy and http env: elsewhere)
+    "test_new_paths_benchmark": 4,  # GEM: 2 ids × 2 modes (the proxy, http env: elsewhere)
 }
 
 
