@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import agentgym
 from agentgym.errors import ConfigError, did_you_mean
+from agentgym.fileio import new_folder
 from agentgym.formats.native import CONFIG_GROUPS, file_arguments, is_native_file
 from agentgym.schema import OPEN_MAPPINGS, known_paths
 from agentgym.trainers.tracking import CONSOLE_LOG_FILE
@@ -48,8 +49,15 @@ def run_hydra(run: Callable[[DictConfig], None], config: str, arguments: Sequenc
         with config_errors():
             run(cfg)
 
+    register_resolvers()
     sys.argv[1:] = list(arguments)  # Hydra reads its command line from sys.argv
     hydra.main(version_base=None, config_path="configs", config_name=config)(checked)()
+
+
+def register_resolvers() -> None:
+    """The interpolations the command line writes beyond Hydra's own: ``new_folder``
+    (:func:`~agentgym.fileio.new_folder`, for :func:`own_run_folder`)."""
+    OmegaConf.register_new_resolver("new_folder", new_folder, replace=True)
 
 
 def _write_into_run_folder(line: str) -> None:
@@ -171,28 +179,30 @@ def config_file_arguments(arguments: Sequence[str]) -> list[str]:
     return [*flags, "--config-name", name, *rest]
 
 
-DECOUPLED_MODES = ("explore", "train", "serve")
-"""The modes whose processes share a job: each gets a run folder of its own."""
 RUN_FOLDER = "outputs/train/${exp_name}/${now:%Y-%m-%d_%H-%M-%S}"
-"""``output_dir``'s default (configs/config.yaml), the stem a decoupled process's own
-run folder extends."""
+"""``output_dir``'s default (configs/config.yaml), the stem of the run folder a process
+of ``agentgym train`` makes when it is given none (:func:`own_run_folder`)."""
 
 
 def own_run_folder(arguments: Sequence[str]) -> list[str]:
-    """``arguments``, with an ``output_dir`` of its own for a decoupled job's process that
-    names none: the default run folder with ``-train``, ``-explore-<explorer name>`` or
-    ``-serve-<explorer name>`` appended, so that an explorer and a trainer started in
-    the same second (as one command line starts them) do not write into one folder."""
+    """``arguments``, with an ``output_dir`` that this process makes new when they name
+    none: the default run folder, for a decoupled job's process with ``-train``,
+    ``-explore-<explorer name>`` or ``-serve-<explorer name>`` appended, and ``-2``,
+    ``-3``, ... appended when another process made it first
+    (:func:`~agentgym.fileio.new_folder`): two processes started in the same second
+    from one folder (an explorer and a trainer that one command line starts, or one
+    job's command run twice) never write into one folder."""
     given = {}
     for argument in arguments:
         key, equals, value = argument.partition("=")
         if equals and not argument.startswith("-"):
             given[key.lstrip("+~")] = value.strip("'\"")
-    mode = given.get("mode", "both")
-    if mode not in DECOUPLED_MODES or "output_dir" in given:
+    if "output_dir" in given:
         return list(arguments)
-    suffix = mode if mode == "train" else f"{mode}-{given.get('explorer.name', 'explorer')}"
-    own = f"output_dir={RUN_FOLDER}-{suffix}"
+    mode = given.get("mode", "both")
+    name = given.get("explorer.name", "explorer")
+    suffix = {"both": "", "bench": "", "train": "-train"}.get(mode, f"-{mode}-{name}")
+    own = f"output_dir='${{new_folder:{RUN_FOLDER}{suffix}}}'"  # quoted: Hydra's grammar
     # beside the other overrides: Hydra's parser takes them as one run of arguments
     at = next((i for i, a in enumerate(arguments) if "=" in a and not a.startswith("-")), 0)
     return [*arguments[:at], own, *arguments[at:]]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +63,28 @@ def write_json_atomic(
         default: ``json.dumps``'s fallback for other objects (e.g. ``str``).
     """
     write_atomic(path, json.dumps(obj, indent=indent, default=default) + "\n")
+
+
+_MADE: dict[str, str] = {}
+_MADE_LOCK = threading.Lock()
+
+
+def new_folder(path: str) -> str:
+    """A folder this process made: ``path``, or where another process made it first
+    (the same command started in the same second), ``path-2``, ``path-3``, ... (each
+    tried with :func:`os.mkdir`, which only one process can win). Asked again for the
+    same ``path`` (a config is resolved more than once), the folder already made.
+
+    ``agentgym train``'s default run folder goes through it (the ``new_folder``
+    resolver: :func:`agentgym.command_line.own_run_folder`).
+    """
+    with _MADE_LOCK:
+        if path not in _MADE:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            for attempt in itertools.count(1):
+                candidate = path if attempt == 1 else f"{path}-{attempt}"
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(candidate)
+                    _MADE[path] = candidate
+                    break
+        return _MADE[path]
