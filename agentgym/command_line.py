@@ -184,6 +184,10 @@ RUN_FOLDER = "outputs/train/${exp_name}/${now:%Y-%m-%d_%H-%M-%S}"
 of ``agentgym train`` makes when it is given none (:func:`own_run_folder`)."""
 
 
+PRINTS_ONLY = frozenset({"--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i"})
+"""Hydra's flags that print and run nothing: no run folder is made for them."""
+
+
 def own_run_folder(arguments: Sequence[str]) -> list[str]:
     """``arguments``, with an ``output_dir`` that this process makes new when they name
     none: the default run folder, for a decoupled job's process with ``-train``,
@@ -197,7 +201,7 @@ def own_run_folder(arguments: Sequence[str]) -> list[str]:
         key, equals, value = argument.partition("=")
         if equals and not argument.startswith("-"):
             given[key.lstrip("+~")] = value.strip("'\"")
-    if "output_dir" in given:
+    if "output_dir" in given or not PRINTS_ONLY.isdisjoint(arguments):
         return list(arguments)
     mode = given.get("mode", "both")
     name = given.get("explorer.name", "explorer")

@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from agentgym.command_line import own_run_folder, register_resolvers
 from agentgym.fileio import new_folder
+from tests.forkserver import run_python
 
 
 def _make(path: str, start: Any, results: Any) -> None:
@@ -74,3 +76,14 @@ def test_the_command_lines_run_folder_is_made_once_through_hydras_grammar(
 def test_a_given_output_dir_is_left_as_given() -> None:
     arguments = ["env=sokoban", "output_dir=runs/mine"]
     assert own_run_folder(arguments) == arguments
+
+
+def test_printing_the_resolved_config_makes_no_folder(tmp_path: Path) -> None:
+    arguments = ["env=sokoban", "--cfg", "job", "--resolve"]
+    assert own_run_folder(arguments) == arguments
+    done = run_python(["-m", "agentgym.train", *arguments], cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = yaml.safe_load(done.stdout)
+    assert printed["model"]["warm_start"]["envs"]["sokoban"]["dim_room"] == [6, 6]
+    assert printed["output_dir"].startswith("outputs/train/sokoban_grpo/")
+    assert not (tmp_path / "outputs").exists()
