@@ -201,7 +201,7 @@ def own_run_folder(arguments: Sequence[str]) -> list[str]:
         key, equals, value = argument.partition("=")
         if equals and not argument.startswith("-"):
             given[key.lstrip("+~")] = value.strip("'\"")
-    if "output_dir" in given or not PRINTS_ONLY.isdisjoint(arguments):
+    if "output_dir" in given or any(a.split("=")[0] in PRINTS_ONLY for a in arguments):
         return list(arguments)
     mode = given.get("mode", "both")
     name = given.get("explorer.name", "explorer")

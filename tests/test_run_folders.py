@@ -81,6 +81,7 @@ def test_a_given_output_dir_is_left_as_given() -> None:
 def test_printing_the_resolved_config_makes_no_folder(tmp_path: Path) -> None:
     arguments = ["env=sokoban", "--cfg", "job", "--resolve"]
     assert own_run_folder(arguments) == arguments
+    assert own_run_folder(["--cfg=job", "env=sokoban"]) == ["--cfg=job", "env=sokoban"]
     done = run_python(["-m", "agentgym.train", *arguments], cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     printed = yaml.safe_load(done.stdout)
